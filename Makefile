@@ -1,0 +1,39 @@
+# kraftlog: every target sets up what it needs (a virtualenv in .venv) first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
+
+.PHONY: setup test test-fast run bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[spark,dev]"
+	touch $(STAMP)
+
+## the test suite, corpus-wide (slow) checks included
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+## everything but the corpus-wide checks
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+## decode the bundled sample (scenario A)
+run: $(STAMP)
+	$(BIN)/kraftlog dump --summary samples/scenario-a
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_decode.py --json out/bench-decode.json
+
+lint: $(STAMP)
+	$(BIN)/ruff check kraftlog jobs tests benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf out warehouse spark-warehouse .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,105 @@
+"""Decompress a RecordBatch's records with the codec named in its attributes.
+
+KRaft writers always use codec 0 (none); readers still accept 1-4 (``DefaultRecordBatch``):
+gzip (RFC 1952), snappy in xerial snappy-java stream framing (or a bare snappy block), lz4 frame,
+zstd. Every decoder is bounded: the output may not exceed ``limit`` bytes, whatever the input claims.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+
+import cramjam
+import lz4.frame
+import zstandard
+
+from kraftlog.wire.varint import read_uvarint
+
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+class DecompressionError(Exception):
+    """The codec is unknown, the stream is corrupt, or it expands past the limit."""
+
+
+def default_limit(compressed_size: int) -> int:
+    """How large a batch's records may grow: 1 KiB per byte, at least 1 MiB, at most 256 MiB."""
+    return min(256 << 20, max(1 << 20, compressed_size << 10))
+
+
+def decompress(codec: int, data: bytes, limit: int) -> bytes:
+    """Decompress ``data`` with Kafka codec id ``codec`` into at most ``limit`` bytes."""
+    try:
+        if codec == 1:
+            return _gzip(data, limit)
+        if codec == 2:
+            return _snappy(data, limit)
+        if codec == 3:
+            return _lz4(data, limit)
+        if codec == 4:
+            return _zstd(data, limit)
+    except DecompressionError:
+        raise
+    except Exception as e:  # each library has its own error types
+        raise DecompressionError(f"{CODEC_NAMES[codec]}: {e}") from None
+    raise DecompressionError(f"unknown compression codec {codec}")
+
+
+def _check(size: int, limit: int) -> None:
+    if size > limit:
+        raise DecompressionError(f"records expand past {limit} bytes")
+
+
+def _gzip(data: bytes, limit: int) -> bytes:
+    d = zlib.decompressobj(wbits=47)  # gzip or zlib header
+    out = d.decompress(data, limit + 1)
+    _check(len(out), limit)
+    if not d.eof:
+        raise DecompressionError("gzip: stream is truncated")
+    return out
+
+
+def _snappy(data: bytes, limit: int) -> bytes:
+    if not data.startswith(XERIAL_MAGIC):
+        return _snappy_block(data, limit)
+    # xerial framing: 8-byte magic, int32 version, int32 compatible version, then [int32 size, block]*
+    pos = 16
+    parts: list[bytes] = []
+    total = 0
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise DecompressionError("snappy: truncated xerial block header")
+        (size,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if size < 0 or pos + size > len(data):
+            raise DecompressionError(f"snappy: xerial block of {size} bytes overruns the batch")
+        block = _snappy_block(data[pos : pos + size], limit - total)
+        total += len(block)
+        parts.append(block)
+        pos += size
+    return b"".join(parts)
+
+
+def _snappy_block(block: bytes, limit: int) -> bytes:
+    claimed, _ = read_uvarint(block, 0)  # the block's own length preamble, checked before allocating
+    _check(claimed, limit)
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
+def _lz4(data: bytes, limit: int) -> bytes:
+    d = lz4.frame.LZ4FrameDecompressor()
+    out = d.decompress(data, max_length=limit + 1)
+    _check(len(out), limit)
+    if not d.eof:
+        raise DecompressionError("lz4: frame is truncated")
+    return bytes(out)
+
+
+def _zstd(data: bytes, limit: int) -> bytes:
+    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+    out = reader.read(limit + 1)
+    _check(len(out), limit)
+    return bytes(out)

@@ -1,0 +1,44 @@
+"""Shared fixtures: the ``../shared`` reference material and one SparkSession for the whole run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("KRAFTLOG_SHARED", ROOT.parent / "shared"))
+CORPUS = SHARED / "corpus"
+SCENARIO_A = SHARED / "scenarios" / "A"
+KAFKA = SHARED / "kafka"
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/encoder.py and helpers
+
+
+def need(path: Path) -> Path:
+    """Skip the calling test, with the reason, when a piece of ``../shared`` is not there."""
+    if not path.exists():
+        pytest.skip(f"reference material not available: {path} (tests read ../shared when it is present)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    return need(SHARED)
+
+
+@pytest.fixture(scope="session")
+def scenario_a() -> Path:
+    return need(SCENARIO_A)
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    return need(CORPUS)
+
+
+@pytest.fixture(scope="session")
+def kafka_ref() -> Path:
+    return need(KAFKA)
