@@ -189,3 +189,10 @@ def test_headers_are_read() -> None:
 
 
 NOOP_VALUE = metadata_value(NOOP, {}, 0)
+
+
+def test_overlong_varint_inside_a_body_is_a_record_error() -> None:
+    # RegisterControllerRecord: EndPoints count as a 6-byte varint
+    raw = uvarint(1) + uvarint(27) + uvarint(0) + b"\0\0\0\1" + b"\0" * 16 + b"\0" + b"\xff" * 5 + b"\x01"
+    d = default_codec().decode_metadata(raw)
+    assert d.status == "error" and "Varint is too long" in (d.error or "")

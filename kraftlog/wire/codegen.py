@@ -13,8 +13,8 @@ those of Kafka's ``MessageDataGenerator``:
 A reader is ``read(buf, pos, end) -> (dict, pos)``: the dict is keyed by snake_case column names,
 holds every field present at that version (tagged ones filled with defaults) and, only when the
 input had them, ``_unknown_tagged_fields``: a list of ``{"tag": int, "data": bytes}``.
-Readers raise ``SchemaReadError``, ``IndexError`` or ``struct.error`` on bad input; callers turn
-those into ``KraftDecodeError`` with a file position.
+Readers raise ``SchemaReadError``, ``IndexError``, ``struct.error`` or ``ValueError`` (over-long
+varint) on bad input; callers turn those into ``KraftDecodeError`` with a file position.
 """
 
 from __future__ import annotations

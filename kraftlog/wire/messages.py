@@ -29,6 +29,8 @@ UNSUPPORTED_VERSION = "unsupported_version"
 ERROR = "error"
 
 _SHORT_MAX = 0x7FFF
+# what a generated reader raises on bad input: its own error, running off the end, an over-long varint
+_READ_ERRORS = (SchemaReadError, IndexError, struct.error, ValueError)
 _h = struct.Struct(">h").unpack_from
 _hh = struct.Struct(">hh").unpack_from
 _hi = struct.Struct(">hi").unpack_from
@@ -96,7 +98,7 @@ class MetadataCodec:
                            f"{self._max_version[api_key]})", pos, spec)
         try:
             data, end = reader(value, pos, len(value))
-        except (SchemaReadError, IndexError, struct.error) as e:
+        except _READ_ERRORS as e:
             return _fail(api_key, rtype, version, f"Failed to deserialize record with type {api_key}: "
                          f"{_reason(e)}", getattr(e, "position", len(value)), spec)
         if end != len(value):
@@ -150,7 +152,7 @@ class MetadataCodec:
             return _fail(ctype, spec.dump_name, 0, "control record has a null value", 0, spec)
         try:
             data, _ = reader(value, 0, len(value))
-        except (SchemaReadError, IndexError, struct.error) as e:
+        except _READ_ERRORS as e:
             return _fail(ctype, spec.dump_name, 0, f"Failed to deserialize {spec.name}: {_reason(e)}",
                          getattr(e, "position", len(value)), spec)
         return Decoded(ctype, spec.dump_name, 0, data, spec=spec)
