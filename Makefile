@@ -24,12 +24,14 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
-## decode the bundled sample (scenario A)
+## the main job, end to end, on the bundled sample: local Spark, Delta tables under ./warehouse
 run: $(STAMP)
-	$(BIN)/kraftlog dump --summary samples/scenario-a
+	$(BIN)/kraftlog ingest samples/scenario-a --warehouse warehouse
 
+## decoder rate vs. the framing floor (one core); ingest rate end to end on local[2] (corpus, 10x corpus)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_decode.py --json out/bench-decode.json
+	$(BIN)/python benchmarks/bench_ingest.py --json out/bench-ingest.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check kraftlog jobs tests benchmarks

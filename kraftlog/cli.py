@@ -46,5 +46,30 @@ def dump(paths: tuple[Path, ...], summary: bool, no_redact: bool) -> None:
         sys.stderr.close()
 
 
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse).")
+@click.option("--conf", "conf_file", type=click.Path(exists=True, dir_okay=False), help="TOML profile.")
+@click.option("--quiet", is_flag=True, help="Only the one-line summary.")
+def ingest(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None, quiet: bool) -> None:
+    """Land the KRaft data directories under PATHS (local or any Spark file system) in Delta tables.
+
+    Incremental and idempotent: a re-run adds only what is new; a run killed half-way is completed by
+    the next one.
+    """
+    import logging
+
+    from kraftlog.config import Config
+    from kraftlog.spark.ingest import ingest as run_ingest
+    from kraftlog.spark.session import build_session
+
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(message)s",
+                        datefmt="%H:%M:%S")
+    config = Config.load(conf_file, **({"warehouse": {"path": warehouse}} if warehouse else {}))
+    spark = build_session(config)
+    result = run_ingest(spark, list(paths), config)
+    click.echo(result.line())
+
+
 if __name__ == "__main__":
     main()

@@ -42,3 +42,21 @@ def corpus() -> Path:
 @pytest.fixture(scope="session")
 def kafka_ref() -> Path:
     return need(KAFKA)
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """One local SparkSession for the whole run (two cores, few shuffle partitions)."""
+    pytest.importorskip("pyspark")
+    from kraftlog.config import Config
+    from kraftlog.spark.session import build_session
+
+    config = Config.load(spark={"master": "local[2]", "app_name": "kraftlog-tests", "log_level": "ERROR",
+                                "conf": {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
+                                         "spark.ui.showConsoleProgress": "false", "spark.driver.memory": "2g"}})
+    session = build_session(config)
+    yield session
+    session.stop()
+
+
+SAMPLE = ROOT / "samples" / "scenario-a"

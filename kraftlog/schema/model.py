@@ -107,14 +107,12 @@ class FieldSpec:
     flexible_versions: Versions | None = None
     fields: list[FieldSpec] = field(default_factory=list)
     sensitive: bool = False
+    json_name: str = ""  # Kafka's JSON key (derived)
+    column: str = ""  # snake_case column name (derived)
 
-    @property
-    def json_name(self) -> str:
-        return json_name(self.name)
-
-    @property
-    def column(self) -> str:
-        return column_name(self.name)
+    def __post_init__(self) -> None:
+        self.json_name = json_name(self.name)
+        self.column = column_name(self.name)
 
     @property
     def is_array(self) -> bool:

@@ -1,9 +1,19 @@
-"""Find metadata log files and data directories on a local file system."""
+"""Find metadata log files and KRaft data directories, on any file system.
+
+The walk is written against a ``Lister`` (list one directory) so that the same rules serve the local
+tools (``os.scandir``) and the Spark job (Hadoop ``FileSystem``, which also reaches ``s3a://``):
+
+* a directory holding ``__cluster_metadata-0`` is a data directory: its metadata folder is listed,
+  ``meta.properties`` and ``bootstrap.checkpoint`` beside it are noted, and nothing else below it is
+  walked (the rest are topic partitions, possibly large);
+* a path naming ``__cluster_metadata-0`` itself is taken as that folder;
+* any other directory is walked into.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,10 +23,111 @@ METADATA_DIR = "__cluster_metadata-0"
 _KIND_ORDER = {BOOTSTRAP: 0, SNAPSHOT: 1, SEGMENT: 2}
 
 
-def sort_key(path: Path, info: FileInfo) -> tuple[str, int, int, str]:
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One directory entry as a file system reports it."""
+
+    path: str
+    name: str
+    is_dir: bool
+    size: int = 0
+    mtime_ms: int = 0
+
+
+Lister = Callable[[str], list[Entry]]
+
+
+def local_lister(path: str) -> list[Entry]:
+    """List a local directory."""
+    out = []
+    with os.scandir(path) as it:
+        for e in it:
+            st = e.stat()
+            out.append(Entry(e.path, e.name, e.is_dir(), 0 if e.is_dir() else st.st_size, int(st.st_mtime * 1000)))
+    return out
+
+
+def _join(parent: str, name: str) -> str:
+    return parent.rstrip("/") + "/" + name
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def sort_key(path: str | Path, info: FileInfo) -> tuple[str, int, int, str]:
     """Directory, then bootstrap < snapshots < segments, then offset order."""
+    p = str(path)
     offset = info.base_offset if info.base_offset is not None else (info.end_offset or 0)
-    return (str(path.parent), _KIND_ORDER.get(info.kind, 3), offset, path.name)
+    parent, _, name = p.rpartition("/")
+    return (parent, _KIND_ORDER.get(info.kind, 3), offset, name)
+
+
+@dataclass(slots=True)
+class DataDir:
+    """One node's data directory and what the walk found in it."""
+
+    input_root: str
+    root: str  # the folder holding __cluster_metadata-0
+    metadata_dir: str
+    meta_properties: Entry | None = None
+    bootstrap_checkpoint: Entry | None = None
+    quorum_state: Entry | None = None
+    files: list[tuple[Entry, FileInfo]] = field(default_factory=list)
+
+    @property
+    def top(self) -> str:
+        """The first directory under the input root on the way to this data directory."""
+        root = self.input_root.rstrip("/")
+        rel = self.root[len(root):].strip("/") if self.root.startswith(root) else ""
+        return rel.split("/", 1)[0] if rel else _basename(root)
+
+
+def scan(roots: Iterable[str], lister: Lister = local_lister) -> list[DataDir]:
+    """Every data directory under ``roots`` with its log files (segments, snapshots, bootstrap)."""
+    found: dict[str, DataDir] = {}
+    for root in roots:
+        root = str(root)
+        if _basename(root) == METADATA_DIR:
+            parent = root.rstrip("/").rsplit("/", 1)[0]
+            _add(found, root, parent, lister(parent), lister)
+            continue
+        stack = [root]
+        while stack:
+            d = stack.pop()
+            entries = lister(d)
+            if any(e.is_dir and e.name == METADATA_DIR for e in entries):
+                _add(found, root, d, entries, lister)
+                continue
+            stack.extend(sorted((e.path for e in entries if e.is_dir), reverse=True))
+    return sorted(found.values(), key=lambda dd: dd.metadata_dir)
+
+
+def _add(found: dict[str, DataDir], input_root: str, data_dir: str, entries: list[Entry], lister: Lister) -> None:
+    md = next((e.path for e in entries if e.is_dir and e.name == METADATA_DIR), _join(data_dir, METADATA_DIR))
+    dd = DataDir(input_root=input_root, root=data_dir, metadata_dir=md)
+    for e in entries:
+        if e.name == "meta.properties" and not e.is_dir:
+            dd.meta_properties = e
+        elif e.name == "bootstrap.checkpoint" and not e.is_dir:
+            dd.bootstrap_checkpoint = e
+    files: list[tuple[Entry, FileInfo]] = []
+    for e in lister(md):
+        if e.is_dir:
+            continue
+        info = classify(e.name)
+        if info is None:
+            continue
+        if info.kind == "quorum-state":
+            dd.quorum_state = e
+        elif info.is_log_data and not info.partial:
+            files.append((e, info))
+    if dd.bootstrap_checkpoint is not None:
+        info = classify("bootstrap.checkpoint")
+        assert info is not None
+        files.append((dd.bootstrap_checkpoint, info))
+    dd.files = sorted(files, key=lambda ef: sort_key(ef[0].path, ef[1]))
+    found[md] = dd
 
 
 def log_files(paths: Iterable[str | Path]) -> list[tuple[Path, FileInfo]]:
@@ -28,53 +139,10 @@ def log_files(paths: Iterable[str | Path]) -> list[tuple[Path, FileInfo]]:
                 dirs.sort()
                 for name in names:
                     info = classify(name)
-                    if info is not None and info.is_log_data:
+                    if info is not None and info.is_log_data and not info.partial:
                         found[Path(root) / name] = info
         else:
             info = classify(p.name)
             # a file named explicitly is read even if its name is unusual: treat it as a segment
             found[p] = info if info is not None and info.is_log_data else FileInfo(SEGMENT)
     return sorted(found.items(), key=lambda kv: sort_key(*kv))
-
-
-@dataclass(slots=True)
-class DataDir:
-    """One node's data directory: the ``__cluster_metadata-0`` folder and the files beside it."""
-
-    root: Path  # the folder holding __cluster_metadata-0 (or the metadata folder itself if alone)
-    metadata_dir: Path
-    meta_properties: Path | None = None
-    bootstrap_checkpoint: Path | None = None
-    quorum_state: Path | None = None
-    files: list[tuple[Path, FileInfo]] = field(default_factory=list)
-
-
-def data_dirs(paths: Iterable[str | Path]) -> list[DataDir]:
-    """Every KRaft data directory under ``paths``.
-
-    A path may be a data directory (holding ``__cluster_metadata-0``), the metadata folder itself,
-    or any folder above them.
-    """
-    found: dict[Path, DataDir] = {}
-    for p in map(Path, paths):
-        candidates: list[Path] = []
-        if p.name == METADATA_DIR and p.is_dir():
-            candidates.append(p)
-        elif p.is_dir():
-            for root, dirs, _ in os.walk(p):
-                dirs.sort()
-                if METADATA_DIR in dirs:
-                    candidates.append(Path(root) / METADATA_DIR)
-                dirs[:] = [d for d in dirs if d != METADATA_DIR]
-        for md in candidates:
-            parent = md.parent
-            dd = DataDir(root=parent, metadata_dir=md)
-            if (parent / "meta.properties").is_file():
-                dd.meta_properties = parent / "meta.properties"
-            if (parent / "bootstrap.checkpoint").is_file():
-                dd.bootstrap_checkpoint = parent / "bootstrap.checkpoint"
-            if (md / "quorum-state").is_file():
-                dd.quorum_state = md / "quorum-state"
-            dd.files = log_files([md] + ([dd.bootstrap_checkpoint] if dd.bootstrap_checkpoint else []))
-            found[md.resolve()] = dd
-    return sorted(found.values(), key=lambda d: str(d.metadata_dir))

@@ -1,0 +1,151 @@
+"""End-to-end ingest throughput (files to Delta) on local[2], for the corpus and a 10x copy of it.
+
+    python benchmarks/bench_ingest.py [--copies 10] [--corpus ../shared/corpus/real]
+
+The 10x input is the corpus copied ten times under other top-level names, so every copy is a cluster
+of its own (identity template ``{top}:{cluster.id}``). Each input is ingested into a fresh warehouse.
+Reported beside the pure decoder's one-core rate over the same files: records/s, records/s per core,
+seconds, and peak resident memory of the driver (Python and JVM) and of the Python workers (sampled
+from /proc every 100 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _rss_kb(pid: int, field: str = "VmRSS") -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class WorkerMemory(threading.Thread):
+    """Samples the resident memory of every pyspark worker process (``pyspark.daemon`` and its forks)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak_kb = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for d in Path("/proc").iterdir():
+                if d.name.isdigit():
+                    try:
+                        cmd = (d / "cmdline").read_bytes()
+                    except OSError:
+                        continue
+                    if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
+                        self.peak_kb = max(self.peak_kb, _rss_kb(int(d.name)))
+            self.stop.wait(0.1)
+
+
+def _copy(corpus: Path, dest: Path, copies: int) -> Path:
+    for i in range(copies):
+        for repo in sorted(corpus.iterdir()):
+            target = dest / f"copy{i}_{repo.name}"
+            if not target.exists():
+                shutil.copytree(repo, target)
+    return dest
+
+
+def _decoder_rate(inputs: Path) -> tuple[float, int]:
+    from kraftlog.wire.discover import log_files
+    from kraftlog.wire.files import read_log
+    from kraftlog.wire.messages import default_codec
+
+    default_codec()
+    datas = [(p.read_bytes(), str(p)) for p, _ in log_files([inputs])]
+    best = float("inf")
+    n = 0
+    for _ in range(2):
+        t = time.perf_counter()
+        n = sum(read_log(d, s).record_count for d, s in datas)
+        best = min(best, time.perf_counter() - t)
+    return n / best, n
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus" / "real")
+    ap.add_argument("--copies", type=int, default=10)
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    if not args.corpus.exists():
+        raise SystemExit(f"no corpus at {args.corpus}: pass --corpus")
+
+    from kraftlog.config import Config
+    from kraftlog.spark.ingest import ingest
+    from kraftlog.spark.session import build_session
+
+    work = Path(tempfile.mkdtemp(prefix="kraftlog-bench-"))
+    results: dict[str, Any] = {"cores": args.cores}
+    try:
+        big = _copy(args.corpus, work / f"corpus-x{args.copies}", args.copies)
+        rate, _ = _decoder_rate(args.corpus)
+        results["decoder_records_per_s_one_core"] = round(rate)
+        config = Config.load(spark={"master": f"local[{args.cores}]", "log_level": "ERROR",
+                                    "conf": {"spark.ui.showConsoleProgress": "false"}},
+                             identity={"cluster": "{top}:{cluster.id}"})
+        spark = build_session(config)
+        spark.range(4).repartition(args.cores).mapInArrow(lambda it: it, "id long").collect()  # start workers
+        jvm_pid = int(spark._jvm.ProcessHandle.current().pid())  # type: ignore[attr-defined]
+        for name, inputs in (("corpus", args.corpus), (f"corpus x{args.copies}", big)):
+            wh = work / f"wh-{name.replace(' ', '')}"
+            sampler = WorkerMemory()
+            sampler.start()
+            t = time.perf_counter()
+            r = ingest(spark, [str(inputs)], Config.load(**{**config.data, "warehouse": {"path": str(wh)}}))
+            secs = time.perf_counter() - t
+            sampler.stop.set()
+            sampler.join()
+            results[name] = {
+                "seconds": round(secs, 2), "records": r.records_decoded, "rows_added": r.rows_added,
+                "records_per_s": round(r.records_decoded / secs),
+                "records_per_s_per_core": round(r.records_decoded / secs / args.cores),
+                "python_worker_peak_mb": round(sampler.peak_kb / 1024),
+                "driver_python_peak_mb": round(_rss_kb(os.getpid(), "VmHWM") / 1024),
+                "driver_jvm_peak_mb": round(_rss_kb(jvm_pid, "VmHWM") / 1024),
+                "files": r.files_ingested, "clean": r.files_clean, "contested": r.files_contested,
+            }
+        spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    one, many = results["corpus"], results[f"corpus x{args.copies}"]
+    results["time_ratio_for_10x_input"] = round(many["seconds"] / one["seconds"], 2)
+    decoder = results["decoder_records_per_s_one_core"]
+    results["per_core_vs_decoder"] = round(many["records_per_s_per_core"] / decoder, 3)
+    print(f"pure decoder, one core: {results['decoder_records_per_s_one_core']:,} records/s")
+    print(f"{'input':<14} {'records':>10} {'seconds':>8} {'rec/s':>9} {'rec/s/core':>10} {'worker MB':>9} "
+          f"{'driver py MB':>12} {'driver JVM MB':>13}")
+    for name in ("corpus", f"corpus x{args.copies}"):
+        v = results[name]
+        print(f"{name:<14} {v['records']:>10,} {v['seconds']:>8.1f} {v['records_per_s']:>9,} "
+              f"{v['records_per_s_per_core']:>10,} {v['python_worker_peak_mb']:>9} {v['driver_python_peak_mb']:>12} "
+              f"{v['driver_jvm_peak_mb']:>13}")
+    print(f"{args.copies}x the input took {results['time_ratio_for_10x_input']}x the time; per core the ingest "
+          f"runs at {results['per_core_vs_decoder']:.2f}x the pure decoder's rate (target: >= 0.5)")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()

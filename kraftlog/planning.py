@@ -1,0 +1,106 @@
+"""Plan an ingest run: which changed files can land directly, which compete with other copies.
+
+A record's key is (cluster, log offset) for log segments and (cluster, snapshot id, position) for
+snapshots. A file can land directly ("clean") when no record key it holds can also come from another
+file of the run or was landed by an earlier run: then there is nothing to choose. That is the usual
+case: a single-node cluster, or the new tail of a segment that grew since the last run (when the part
+ingested before is byte-for-byte unchanged). Replicas of one log on several nodes, snapshots taken by
+several nodes at the same offset, and files rewritten in place "compete": their records go through
+the record-level rules of ``kraftlog.spark.transforms``.
+
+Offsets are known from the batch headers alone (``kraftlog.tables.rows.summarize``), so planning
+costs a header walk.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from kraftlog.tables.rows import ALL, KeepSpec
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """What the planner needs to know about one changed file."""
+
+    path: str
+    cluster_id: str
+    kind: str  # segment | snapshot | bootstrap
+    snapshot_id: str | None
+    first_offset: int | None
+    last_offset: int | None
+    sha256: str
+    previous_size: int | None = None  # size when an earlier run ingested this path
+    previous_last_offset: int | None = None
+    prefix_unchanged: bool = False  # the first previous_size bytes are what the earlier run ingested
+
+
+@dataclass(frozen=True)
+class Landed:
+    """What earlier runs landed for one cluster: log offset intervals and snapshot ids."""
+
+    intervals: tuple[tuple[int, int], ...] = ()
+    snapshots: frozenset[str] = frozenset()
+
+
+@dataclass
+class Plan:
+    """``clean``: path -> what to land; ``contested``: paths whose records need record-level choice."""
+
+    clean: dict[str, KeepSpec]
+    contested: list[str]
+
+
+def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def plan_files(files: list[PlannedFile], landed: dict[str, Landed]) -> Plan:
+    """Split ``files`` into clean and contested (see the module docstring)."""
+    clean: dict[str, KeepSpec] = {}
+    contested: list[str] = []
+    by_cluster: dict[str, list[PlannedFile]] = defaultdict(list)
+    for f in files:
+        by_cluster[f.cluster_id].append(f)
+    for cluster, group in by_cluster.items():
+        done = landed.get(cluster, Landed())
+        snap_count: dict[str | None, int] = defaultdict(int)
+        for f in group:
+            if f.kind != "segment":
+                snap_count[f.snapshot_id] += 1
+        # the offsets each segment would add: everything, or only the tail past what was ingested
+        spans: dict[str, tuple[int, int] | None] = {}
+        own: dict[str, tuple[int, int] | None] = {}
+        for f in group:
+            if f.kind != "segment" or f.first_offset is None or f.last_offset is None:
+                spans[f.path] = None
+                continue
+            start = f.first_offset
+            if f.prefix_unchanged and f.previous_last_offset is not None:
+                start = f.previous_last_offset + 1
+                own[f.path] = (f.first_offset, f.previous_last_offset)
+            spans[f.path] = (start, f.last_offset) if start <= f.last_offset else None
+        for f in group:
+            grown = f.prefix_unchanged and f.previous_size is not None
+            keep_batches = f.previous_size if grown else 0
+            if f.kind != "segment":
+                if snap_count[f.snapshot_id] == 1 and f.snapshot_id not in done.snapshots and not grown:
+                    clean[f.path] = KeepSpec((ALL,), 0, sha256=f.sha256)
+                elif grown:  # a snapshot file does not grow; an unchanged prefix means nothing new
+                    clean[f.path] = KeepSpec((), keep_batches or 0, sha256=f.sha256)
+                else:
+                    contested.append(f.path)
+                continue
+            span = spans[f.path]
+            if span is None:  # no records, or nothing past what was ingested
+                clean[f.path] = KeepSpec((), keep_batches or 0, sha256=f.sha256)
+                continue
+            others = [s for p, s in spans.items() if p != f.path and s is not None]
+            others += [s for p, s in own.items() if p != f.path and s is not None]
+            prior = [iv for iv in done.intervals if iv != own.get(f.path)]
+            if any(_overlaps(span, s) for s in others) or any(_overlaps(span, iv) for iv in prior):
+                contested.append(f.path)
+            else:
+                clean[f.path] = KeepSpec((span,) if grown else (ALL,), keep_batches or 0, sha256=f.sha256)
+    return Plan(clean, sorted(contested))

@@ -1,0 +1,329 @@
+"""One ingest run.
+
+1. **recover**: roll forward any earlier run that was killed after staging (``TableStore.recover``);
+2. **discover**: list the data directories (metadata only) and read their ``meta.properties``;
+3. **what changed**: compare sizes and modification times with the ``files`` ledger;
+4. **summarize** (pass 0) and **plan** (``kraftlog.planning``): clean files land directly; files whose
+   records compete with other copies are **indexed** (pass 1) and **decided** record by record
+   (``kraftlog.spark.transforms``), which yields divergence rows, replaced rows and, per file, the offset
+   ranges to land;
+5. **land** (pass 2): one pass over every changed file writes ``records``, the typed tables, ``batches``
+   and the ledger rows, with the records each file keeps;
+6. **commit**: one manifest, then one Delta commit per table; the ledger and the ``runs`` row last.
+
+Every table is written exactly once per run, and a run killed at any point is completed by the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kraftlog.config import Config
+from kraftlog.identity import resolve_identity
+from kraftlog.planning import Landed, PlannedFile, plan_files
+from kraftlog.spark.decode import (
+    file_contents,
+    land_router,
+    qualify,
+    read_meta_properties,
+    spark_lister,
+    stage_index,
+    summaries,
+)
+from kraftlog.spark.store import Manifest, StagedFile, TableStore, open_store
+from kraftlog.spark.transforms import (
+    against_existing,
+    decide,
+    keep_ranges,
+    new_rows,
+    path_map,
+    pick_canonical,
+)
+from kraftlog.tables.definitions import Catalog, catalog
+from kraftlog.tables.rows import FileIdentity, KeepSpec, file_layout, project, render
+from kraftlog.wire.discover import scan
+
+log = logging.getLogger("kraftlog")
+
+_EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+@dataclass
+class IngestResult:
+    """What a run did; ``line()`` is the one-line summary printed per run."""
+
+    run_id: str
+    writer: str
+    files_seen: int = 0
+    files_ingested: int = 0
+    files_clean: int = 0
+    files_contested: int = 0
+    records_decoded: int = 0
+    rows_added: int = 0
+    divergent: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    recovered: list[str] = field(default_factory=list)
+    table_rows: dict[str, int] = field(default_factory=dict)
+
+    def line(self) -> str:
+        rec = f", recovered {len(self.recovered)} interrupted run(s)" if self.recovered else ""
+        return (f"kraftlog ingest {self.run_id}: files {self.files_seen} (ingested {self.files_ingested}: "
+                f"{self.files_clean} clean, {self.files_contested} contested), records {self.records_decoded}, "
+                f"new rows {self.rows_added}, divergent {self.divergent}, errors {self.errors}{rec}, "
+                f"{self.seconds:.1f} s [{self.writer}]")
+
+
+@dataclass(frozen=True)
+class _File:
+    size: int
+    mtime_ms: int
+    identity: FileIdentity
+
+
+def _divergence_router(run_id: str):  # type: ignore[no-untyped-def]
+    """Divergence rows: render the losing copy's JSON from its raw bytes when it was not landed."""
+    from kraftlog.wire.messages import default_codec
+    from kraftlog.wire.redact import default_redactor
+
+    def route(batch: pa.RecordBatch) -> dict[str, pa.Table]:
+        codec, redactor = default_codec(), default_redactor()
+        cols = {n: batch.column(n).to_pylist() for n in ("loser_data_json", "loser_record_type", "loser_key",
+                                                         "loser_value", "loser_is_control")}
+        data, types = [], []
+        for j, t, k, v, ctl in zip(*cols.values(), strict=True):
+            if v is not None:
+                d = codec.decode_control(k, v) if ctl else codec.decode_metadata(v)
+                j = j if j is not None else render(d, redactor)
+                t = t if t is not None else d.type
+            data.append(j)
+            types.append(t)
+        for name, values in (("loser_data_json", data), ("loser_record_type", types)):
+            batch = batch.set_column(batch.schema.get_field_index(name), name, pa.array(values, pa.string()))
+        return {"divergence": project(batch, catalog()["divergence"], run_id)}
+
+    return route
+
+
+def ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableStore | None = None) -> IngestResult:
+    """Ingest the KRaft data directories under ``inputs`` into the warehouse of ``config``."""
+    t0 = time.time()
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    run_seq = int(t0 * 1000)
+    store = store or open_store(spark, config.warehouse, config.writer)
+    cat = catalog()
+    result = IngestResult(run_id, store.kind)
+    spark.sparkContext.setJobGroup(run_id, "kraftlog ingest")
+    for t in cat.all():
+        store.ensure(t)
+    result.recovered = [m.run_id for m in store.recover()]
+
+    # discover: directory listings (metadata only); meta.properties parsed on the executors
+    dirs = scan([qualify(spark, p) for p in inputs], spark_lister(spark))
+    metas = read_meta_properties(spark, [dd.meta_properties.path for dd in dirs if dd.meta_properties])
+    inventory: dict[str, _File] = {}
+    for dd in dirs:
+        ident = resolve_identity(dd, metas.get(dd.meta_properties.path) if dd.meta_properties else None, config)
+        for entry, _ in dd.files:
+            inventory[entry.path] = _File(entry.size, entry.mtime_ms, ident)
+    result.files_seen = len(inventory)
+    log.info("found %d data directories, %d log files under %s", len(dirs), len(inventory), ", ".join(inputs))
+
+    # what changed: the ledger is small (one row per file version)
+    ledger = [r.asDict() for r in store.read(cat.core["files"]).select(
+        "path", "cluster_id", "file_kind", "snapshot_id", "size", "content_sha256", "first_offset", "last_offset",
+        (F.unix_micros("modification_time") / 1000).cast("long").alias("mtime_ms"), "ingested_at").collect()]
+    latest: dict[str, dict[str, object]] = {}
+    for r in sorted(ledger, key=lambda r: r["ingested_at"]):
+        latest[r["path"]] = r
+    changed = {p: f for p, f in inventory.items()
+               if p not in latest or (latest[p]["size"], latest[p]["mtime_ms"]) != (f.size, f.mtime_ms)}
+    result.files_ingested = len(changed)
+    manifest = Manifest(run_id, run_seq)
+    todo = {p: f for p, f in changed.items() if f.size > 0}  # binaryFile skips empty files
+    empty_rows = [_empty_file_row(p, f, run_id) for p, f in changed.items() if f.size == 0]
+    if empty_rows:
+        manifest.files += store.stage_small(cat.core["files"], pa.Table.from_pylist(empty_rows, cat["files"].schema),
+                                            run_id)
+    if todo:
+        _run(spark, store, cat, config, todo, ledger, latest, manifest, result)
+    else:
+        log.info("nothing new: every file is already in the ledger")
+    return _finish(store, cat, manifest, result, t0, inputs)
+
+
+def _run(spark: SparkSession, store: TableStore, cat: Catalog, config: Config, todo: dict[str, _File],
+         ledger: list[dict[str, object]], latest: dict[str, dict[str, object]], manifest: Manifest,
+         result: IngestResult) -> None:
+    run_id = manifest.run_id
+    ordered = sorted(todo)
+    ids = {p: (todo[p].identity, i) for i, p in enumerate(ordered)}
+    sizes = {p: todo[p].size for p in ordered}
+    contents = file_contents(spark, ordered)
+    log.info("reading %d new or changed files (%.1f MB)", len(todo), sum(sizes.values()) / 1e6)
+
+    # pass 0 and the plan
+    prefix = {p: int(latest[p]["size"]) for p in ordered if p in latest}  # type: ignore[call-overload]
+    summary = {r["path"]: r for r in summaries(contents, prefix)}
+    planned = []
+    for p in ordered:
+        s, f, prev = summary[p], todo[p], latest.get(p)
+        info, snap, _, _ = file_layout(p)
+        unchanged = prev is not None and s["prefix_sha256"] is not None and s["prefix_sha256"] == prev["content_sha256"]
+        planned.append(PlannedFile(p, f.identity.cluster_id, info.kind, snap, s["first_offset"], s["last_offset"],
+                                   s["sha256"], prev["size"] if prev else None,  # type: ignore[arg-type]
+                                   prev["last_offset"] if prev else None,  # type: ignore[arg-type]
+                                   unchanged))
+    plan = plan_files(planned, _landed(ledger))
+    result.files_clean, result.files_contested = len(plan.clean), len(plan.contested)
+    keep = dict(plan.clean)
+    log.info("plan: %d files land directly, %d compete with other copies", len(plan.clean), len(plan.contested))
+    if plan.contested:
+        keep.update(_decide(spark, store, cat, config, plan.contested, planned, ids, sizes, latest, manifest,
+                            result))
+
+    # pass 2: land
+    tables = [cat.core["records"], cat.core["batches"], cat.core["files"], *cat.typed.values()]
+    staged = store.stage(contents, tables, land_router(ids, keep, run_id), run_id)
+    manifest.files += staged
+    ledger_rows = [f for f in staged if f.table == "files"]
+    result.rows_added = sum(f.num_records for f in staged if f.table == "records")
+    result.records_decoded = _sum_ledger(spark, ledger_rows, "records")
+    result.errors = _sum_ledger(spark, ledger_rows, "error_count")
+    log.info("landed %d new records from %d decoded", result.rows_added, result.records_decoded)
+
+
+def _decide(spark: SparkSession, store: TableStore, cat: Catalog, config: Config, contested: list[str],
+            planned: list[PlannedFile], ids: dict[str, tuple[FileIdentity, int]], sizes: dict[str, int],
+            latest: dict[str, dict[str, object]], manifest: Manifest, result: IngestResult) -> dict[str, KeepSpec]:
+    """Record-level choice for competing files: divergence, replaced rows, and what each file lands."""
+    run_id = manifest.run_id
+    staging = store.warehouse.rstrip("/") + f"/_kraftlog/staging/{run_id}/index"
+    csizes = {p: sizes[p] for p in contested}
+    indexed = stage_index(file_contents(spark, list(csizes)), ids, staging)
+    log.info("indexed %d records of %d competing files", indexed, len(contested))
+    by_path = {f.path: f for f in planned}
+    keep: dict[str, KeepSpec] = {p: KeepSpec((), _min_position(by_path[p]), sha256=by_path[p].sha256)
+                                 for p in contested}
+    if not indexed:
+        return keep
+    records = spark.read.parquet(staging)
+    paths = path_map({i: p for p, (_, i) in ids.items() if p in csizes})
+    decided = decide(records).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        clusters = sorted({ids[p][0].cluster_id for p in contested})
+        winners, run_divergence = pick_canonical(decided, records, paths)
+        existing = store.read(cat.core["records"]).filter(F.col("cluster_id").isin(clusters)).select(
+            "cluster_id", "snapshot_id", "log_offset", "snapshot_seq", "value_hash", "batch_epoch", "node_id",
+            "file", "record_type", "timestamp", "data_json", "is_control", "api_key")
+        to_append, replace_keys, old_divergence = against_existing(winners, existing, paths, records)
+        div = cat.core["divergence"]
+        divergence = new_rows(run_divergence.unionByName(old_divergence),
+                              store.read(div).filter(F.col("cluster_id").isin(clusters)), list(div.key))
+        manifest.files += store.stage(divergence, [div], _divergence_router(run_id), run_id)
+        result.divergent = manifest.rows("divergence")
+        manifest.deletes += _replacement_deletes(cat, replace_keys.collect())
+        id_to_path = {i: p for p, (_, i) in ids.items()}
+        for r in keep_ranges(to_append).collect():
+            p = id_to_path[r["file_id"]]
+            k = keep[p]
+            keep[p] = KeepSpec((*k.ranges, (r["lo"], r["hi"])), k.min_batch_position, k.landed_batches, k.sha256)
+        rewritten = [p for p in contested if p in latest and not by_path[p].prefix_unchanged]
+        if rewritten:  # batches of the old content at the same positions are already landed
+            for r in store.read(cat.core["batches"]).filter(F.col("file").isin(rewritten)) \
+                    .select("file", "position", "crc").collect():
+                k = keep[r["file"]]
+                keep[r["file"]] = KeepSpec(k.ranges, k.min_batch_position,
+                                           k.landed_batches | {(r["position"], r["crc"])}, k.sha256)
+        log.info("divergence: %d new rows; %d landed rows replaced by higher-epoch copies", result.divergent,
+                 sum(1 for _ in manifest.deletes))
+    finally:
+        decided.unpersist()
+    return keep
+
+
+def _min_position(f: PlannedFile) -> int:
+    return f.previous_size or 0 if f.prefix_unchanged else 0
+
+
+def _landed(ledger: list[dict[str, object]]) -> dict[str, Landed]:
+    """What earlier runs landed, per cluster: log offset intervals and snapshot ids (from the ledger)."""
+    intervals: dict[str, set[tuple[int, int]]] = {}
+    snaps: dict[str, set[str]] = {}
+    for r in ledger:
+        c = str(r["cluster_id"])
+        if r["file_kind"] == "segment" and r["first_offset"] is not None and r["last_offset"] is not None:
+            intervals.setdefault(c, set()).add((int(r["first_offset"]), int(r["last_offset"])))  # type: ignore[call-overload]
+        elif r["snapshot_id"] is not None:
+            snaps.setdefault(c, set()).add(str(r["snapshot_id"]))
+    return {c: Landed(tuple(sorted(intervals.get(c, ()))), frozenset(snaps.get(c, ())))
+            for c in set(intervals) | set(snaps)}
+
+
+def _replacement_deletes(cat: Catalog, keys: list[Any]) -> list[tuple[str, str]]:
+    """Deletes of landed log rows that a higher-epoch copy replaces (records and their typed tables)."""
+    by_table: dict[str, set[tuple[str, int]]] = {}
+    for k in keys:
+        by_table.setdefault("records", set()).add((k["cluster_id"], k["log_offset"]))
+        typed = cat.by_record_type.get(k["record_type"])
+        if typed is not None:
+            by_table.setdefault(typed.name, set()).add((k["cluster_id"], k["log_offset"]))
+    out = []
+    for name, pairs in sorted(by_table.items()):
+        clauses = " OR ".join(f"(cluster_id = '{c.replace(chr(39), chr(39) * 2)}' AND log_offset = {o})"
+                              for c, o in sorted(pairs))
+        out.append((name, f"snapshot_id IS NULL AND ({clauses})"))
+    return out
+
+
+def _sum_ledger(spark: SparkSession, files: list[StagedFile], column: str) -> int:
+    if not files:
+        return 0
+    uris = [f.root.rstrip("/") + "/" + f.path for f in files]
+    return int(spark.read.parquet(*uris).agg(F.sum(column)).collect()[0][0] or 0)
+
+
+def _empty_file_row(path: str, f: _File, run_id: str) -> dict[str, object]:
+    info, snap, _, _ = file_layout(path)
+    ident = f.identity
+    return {"path": path, "cluster_id": ident.cluster_id, "node_id": ident.node_id, "data_dir": ident.data_dir,
+            "file_kind": info.kind, "snapshot_id": snap, "deleted_snapshot": info.deleted, "size": 0,
+            "modification_time": datetime.fromtimestamp(f.mtime_ms / 1000, UTC), "content_sha256": _EMPTY_SHA256,
+            "batches": 0, "control_batches": 0, "records": 0, "crc_failures": 0, "first_offset": None,
+            "last_offset": None, "metadata_version": None, "status": "empty", "error_count": 0, "errors": [],
+            "ingested_at": datetime.now(UTC), "run_id": run_id}
+
+
+def _finish(store: TableStore, cat: Catalog, manifest: Manifest, result: IngestResult, t0: float,
+            inputs: list[str]) -> IngestResult:
+    result.table_rows = {t.name: manifest.rows(t.name) for t in cat.all() if manifest.rows(t.name)}
+    result.seconds = time.time() - t0
+    row = {"run_id": result.run_id, "started_at": datetime.fromtimestamp(t0, UTC), "finished_at": datetime.now(UTC),
+           "seconds": result.seconds, "inputs": inputs, "files_seen": result.files_seen,
+           "files_ingested": result.files_ingested, "records_decoded": result.records_decoded,
+           "rows_added": result.rows_added, "divergent": result.divergent, "errors": result.errors,
+           "writer": result.writer}
+    runs = cat.core["runs"]
+    manifest.files += store.stage_small(runs, pa.Table.from_pylist([row], schema=runs.schema), result.run_id)
+    manifest.order = ["divergence", *cat.typed, "records", "batches", "files", "runs"]
+    store.commit(manifest)
+    store.discard_staging(result.run_id)
+    result.seconds = time.time() - t0
+    return result
+
+
+def read_table(spark: SparkSession, config: Config, name: str, store: TableStore | None = None) -> DataFrame:
+    """Read a landed table as a DataFrame (scales: executors read the table's files)."""
+    store = store or open_store(spark, config.warehouse, config.writer)
+    return store.read(catalog()[name])
+

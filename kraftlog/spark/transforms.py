@@ -1,0 +1,156 @@
+"""Pure DataFrame -> DataFrame steps of an ingest run.
+
+Record rows come from the narrow ``INDEX`` (``kraftlog.tables.rows``): key, batch epoch, node, file id,
+value hash, raw bytes. The rules for the one canonical row per record key:
+
+* log records, key (cluster_id, log_offset): a copy from a batch with a valid CRC beats a corrupt one;
+  then the copy with the highest batch epoch wins (a later leader overwrote an uncommitted suffix);
+  ties go to the lowest node id, then file. Losing copies
+  whose bytes differ are reported as divergence; identical copies (replicas) are not.
+* snapshot and bootstrap records, key (cluster_id, snapshot_id, snapshot_seq): records are never mixed
+  across copies of a snapshot: one whole file wins (lowest node id, then file); records of the other
+  copies that differ are reported as divergence.
+* against rows already landed: new keys are appended; a landed log row loses to a copy with a higher
+  batch epoch (it is replaced and reported), otherwise the landed row stays and the new copy is reported.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+JOIN_KEY = ["cluster_id", "_snap", "log_offset", "_seq"]
+_COPY = ["node_id", "file", "batch_epoch", "value_hash"]  # what identifies a copy in divergence rows
+_LOSER_EXTRA = ["record_type", "timestamp", "data_json", "key", "value", "is_control", "api_key"]
+
+
+def with_join_key(df: DataFrame) -> DataFrame:
+    """Null-safe key columns for joins (snapshot_id and snapshot_seq are null for log records)."""
+    return df.withColumn("_snap", F.coalesce("snapshot_id", F.lit(""))) \
+             .withColumn("_seq", F.coalesce("snapshot_seq", F.lit(-1)))
+
+
+def source_of(snapshot_id: F.Column) -> F.Column:
+    """log, snapshot or bootstrap, from the record's snapshot id."""
+    return (F.when(snapshot_id.isNull(), F.lit("log"))
+            .when(snapshot_id.isin("bootstrap.checkpoint", "00000000000000000000-0000000000"), F.lit("bootstrap"))
+            .otherwise(F.lit("snapshot")))
+
+
+def divergence_rows(df: DataFrame, reason: F.Column) -> DataFrame:
+    """Divergence rows from columns ``w_<copy>`` (the winner) and ``<copy>`` plus extras (the loser)."""
+    return df.select(
+        "cluster_id", source_of(F.col("snapshot_id")).alias("source"), "snapshot_id", "log_offset",
+        "snapshot_seq", reason.alias("reason"),
+        *[F.col(f"w_{c}").alias(f"winner_{c}") for c in _COPY],
+        *[F.col(c).alias(f"loser_{c}") for c in _COPY],
+        *[F.col(c).alias(f"loser_{c}") for c in _LOSER_EXTRA])
+
+
+def path_map(paths: dict[int, str]) -> F.Column:
+    """A map literal file id -> path (the files of one run: a small map known on the driver)."""
+    return F.create_map(*[x for i, p in sorted(paths.items()) for x in (F.lit(i), F.lit(p))])
+
+
+def with_paths(df: DataFrame, paths: F.Column, prefix: str = "") -> DataFrame:
+    """Add ``<prefix>file`` (the path) from ``<prefix>file_id``."""
+    return df.withColumn(f"{prefix}file", F.element_at(paths, F.col(f"{prefix}file_id")))
+
+
+def with_raw_bytes(df: DataFrame, records: DataFrame) -> DataFrame:
+    """Add the raw ``key`` and ``value`` of each row's record copy (by file and position); for few rows."""
+    raw = records.select("file_id", F.coalesce("snapshot_seq", "log_offset").alias("_pos"), "key", "value")
+    return df.withColumn("_pos", F.coalesce("snapshot_seq", "log_offset")).join(raw, ["file_id", "_pos"], "left") \
+             .drop("_pos")
+
+
+def decide(records: DataFrame) -> DataFrame:
+    """Narrow record rows with the canonical copy of their key: ``w_*`` columns and ``_winner``.
+
+    Persist the result: the winners and the losers are both read from it.
+    """
+    narrow = records.drop("key", "value")
+    win = ["node_id", "file_id", "batch_epoch", "value_hash"]
+    log = narrow.filter(F.col("snapshot_id").isNull())
+    w = Window.partitionBy("cluster_id", "log_offset").orderBy(
+        F.col("crc_valid").desc(), F.col("batch_epoch").desc(), F.col("node_id").asc_nulls_last(),
+        F.col("file_id").asc())
+    log = log.withColumn("_w", F.first(F.struct(*win)).over(w))
+    snap = narrow.filter(F.col("snapshot_id").isNotNull())
+    ws = Window.partitionBy("cluster_id", "snapshot_id").orderBy(F.col("node_id").asc_nulls_last(), "file_id")
+    snap = snap.withColumn("_winfile", F.first("file_id").over(ws))
+    winners = snap.filter(F.col("file_id") == F.col("_winfile")).select(
+        "cluster_id", "snapshot_id", "snapshot_seq", F.struct(*win).alias("_w"))
+    snap = snap.drop("_winfile").join(winners, ["cluster_id", "snapshot_id", "snapshot_seq"], "left")
+    both = log.unionByName(snap)
+    return both.select("*", *[F.col(f"_w.{c}").alias(f"w_{c}") for c in win]).drop("_w") \
+               .withColumn("_winner", (F.col("file_id") == F.col("w_file_id")) & F.col("w_file_id").isNotNull())
+
+
+def pick_canonical(decided: DataFrame, records: DataFrame, paths: F.Column) -> tuple[DataFrame, DataFrame]:
+    """(winning record rows without raw bytes, divergence rows) from ``decide``'s output."""
+    winners = decided.filter(F.col("_winner")).drop("_winner", *[c for c in decided.columns if c.startswith("w_")])
+    losers = decided.filter(~F.col("_winner") & (F.col("w_value_hash").isNull()
+                                                 | (F.col("value_hash") != F.col("w_value_hash"))))
+    reason = (F.when(F.col("snapshot_id").isNotNull(), F.lit("snapshot_copy_differs"))
+              .when(F.col("batch_epoch") < F.col("w_batch_epoch"), F.lit("lower_epoch"))
+              .otherwise(F.lit("same_epoch_conflict")))
+    losers = with_paths(with_paths(with_raw_bytes(losers, records), paths), paths, "w_") \
+        .withColumn("record_type", F.lit(None).cast("string")).withColumn("data_json", F.lit(None).cast("string"))
+    return winners, divergence_rows(losers, reason)
+
+
+def against_existing(winners: DataFrame, existing: DataFrame, paths: F.Column, records: DataFrame
+                     ) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """(rows to append, landed keys to replace, divergence rows) for this run's winners.
+
+    ``existing`` holds landed records: the key, ``value_hash``, ``batch_epoch``, ``node_id``, ``file``,
+    ``record_type``, ``timestamp``, ``data_json``, ``is_control`` and ``api_key``; ``records`` are this
+    run's index rows (for the raw bytes of a new copy that loses).
+    """
+    w = with_join_key(winners)
+    landed = ["value_hash", "batch_epoch", "node_id", "file", "record_type", "timestamp", "data_json",
+              "is_control", "api_key"]
+    e = with_join_key(existing).select(*JOIN_KEY, *[F.col(c).alias(f"e_{c}") for c in landed])
+    new = w.join(e, JOIN_KEY, "left_anti")
+    both = w.join(e, JOIN_KEY, "inner").filter(F.col("value_hash") != F.col("e_value_hash"))
+    replaces = F.col("snapshot_id").isNull() & (F.col("batch_epoch") > F.col("e_batch_epoch"))
+    replacing = with_paths(both.filter(replaces), paths)
+    keep = with_paths(with_raw_bytes(both.filter(~replaces), records), paths)
+    no_bytes = [F.lit(None).cast("binary").alias("key"), F.lit(None).cast("binary").alias("value")]
+    replaced_div = divergence_rows(
+        replacing.select("cluster_id", "snapshot_id", "log_offset", "snapshot_seq",
+                         *[F.col(c).alias(f"w_{c}") for c in _COPY],
+                         *[F.col(f"e_{c}").alias(c) for c in [*_COPY, "record_type", "timestamp", "data_json",
+                                                                "is_control", "api_key"]], *no_bytes),
+        F.lit("replaced_by_higher_epoch"))
+    lost_div = divergence_rows(
+        keep.select("cluster_id", "snapshot_id", "log_offset", "snapshot_seq",
+                    *[F.col(f"e_{c}").alias(f"w_{c}") for c in _COPY], *_COPY, "timestamp", "is_control", "api_key",
+                    F.lit(None).cast("string").alias("record_type"), F.lit(None).cast("string").alias("data_json"),
+                    "key", "value"),
+        F.when(F.col("snapshot_id").isNotNull(), F.lit("snapshot_copy_differs"))
+         .when(F.col("batch_epoch") < F.col("w_batch_epoch"), F.lit("lower_epoch"))
+         .otherwise(F.lit("same_epoch_conflict")))
+    to_append = new.unionByName(replacing.select(*new.columns)).drop("_snap", "_seq")
+    replace_keys = replacing.select("cluster_id", "log_offset", F.col("e_record_type").alias("record_type"))
+    return to_append, replace_keys, replaced_div.unionByName(lost_div)
+
+
+def new_rows(df: DataFrame, existing: DataFrame, key: list[str]) -> DataFrame:
+    """Rows of ``df`` whose ``key`` is not in ``existing`` (null-safe)."""
+    cond = [df[k].eqNullSafe(existing[k]) for k in key]
+    return df.join(existing.select(*key), cond, "left_anti")
+
+
+def keep_ranges(to_append: DataFrame) -> DataFrame:
+    """Contiguous runs of record positions to land, per file: (file_id, lo, hi).
+
+    Records of a file are numbered by log offset (or position in a snapshot), so the records to land
+    are few ranges; the land pass re-reads the file and keeps those.
+    """
+    pos = to_append.select("file_id", F.coalesce("snapshot_seq", "log_offset").alias("pos"))
+    w = Window.partitionBy("file_id").orderBy("pos")
+    return pos.withColumn("_island", F.col("pos") - F.row_number().over(w)) \
+              .groupBy("file_id", "_island").agg(F.min("pos").alias("lo"), F.max("pos").alias("hi")) \
+              .drop("_island")

@@ -1,0 +1,397 @@
+"""Spark ingestion into Delta tables: canonical rows, typed tables, idempotency, recovery, divergence."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+from conftest import SAMPLE
+from deltalake import DeltaTable
+from encoder import batch, metadata_value, record
+from pyspark.sql.types import StructType
+
+from kraftlog.config import Config
+from kraftlog.schema.registry import load_schemas
+from kraftlog.spark.ingest import IngestResult, ingest, read_table
+from kraftlog.spark.store import DeltaRsStore, delta_spark_available, open_store, spark_schema
+from kraftlog.tables.definitions import catalog
+from kraftlog.tables.rows import file_layout
+from kraftlog.wire.discover import scan
+from kraftlog.wire.files import parse_meta_properties, read_file
+from kraftlog.wire.redact import default_redactor
+
+pytestmark = pytest.mark.spark
+S = load_schemas()
+
+
+def _config(wh: Path, **identity: str) -> Config:
+    return Config.load(warehouse={"path": str(wh)}, **({"identity": identity} if identity else {}))
+
+
+def _run(spark: Any, inputs: list[Path], wh: Path, **identity: str) -> IngestResult:
+    return ingest(spark, [str(p) for p in inputs], _config(wh, **identity))
+
+
+def _table(wh: Path, name: str) -> pa.Table:
+    return DeltaTable(str(wh / name)).to_pyarrow_table()
+
+
+def _expected_records(root: Path, cluster_of: Any) -> dict[tuple[Any, ...], tuple[int, int, bytes | None]]:
+    """The canonical record of each key by the rules, computed with the pure decoder (no Spark).
+
+    Log records: highest batch epoch, then lowest node; snapshots: the lowest node's whole file.
+    """
+    best: dict[tuple[Any, ...], tuple[tuple[int, int], Any]] = {}
+    for dd in scan([str(root)]):
+        meta = parse_meta_properties(Path(dd.meta_properties.path).read_text()) if dd.meta_properties else None
+        node = meta.node_id if meta else None
+        cluster = cluster_of(dd, meta)
+        for e, _ in dd.files:
+            _, snap, _, snap_offset = file_layout(e.path)
+            for b, r in read_file(e.path).records():
+                key = (cluster, snap, r.offset if snap is None else snap_offset, None if snap is None else r.offset)
+                rank = (-b.partition_leader_epoch, node if node is not None else 1 << 30) if snap is None \
+                    else (0, node if node is not None else 1 << 30)
+                if key not in best or rank < best[key][0]:
+                    best[key] = (rank, (b, r))
+    return {k: v[1] for k, v in best.items()}
+
+
+@pytest.fixture(scope="module")
+def scenario(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, IngestResult]:
+    wh = tmp_path_factory.mktemp("scenario-wh")
+    return wh, _run(spark, [SAMPLE], wh)
+
+
+def test_three_controllers_and_three_brokers_give_one_canonical_row_per_offset(scenario: Any) -> None:
+    wh, result = scenario
+    assert result.files_seen == 193 and result.errors == 0
+    rec = _table(wh, "records")
+    log = rec.filter(pa.compute.is_null(rec.column("snapshot_id")))
+    offsets = log.column("log_offset").to_pylist()
+    assert len(offsets) == len(set(offsets)) == 1994 and sorted(offsets) == list(range(1994))
+    keys = list(zip(*[rec.column(c).to_pylist() for c in ("cluster_id", "snapshot_id", "log_offset",
+                                                           "snapshot_seq")], strict=True))
+    assert len(keys) == len(set(keys)) == result.rows_added
+    assert set(rec.column("cluster_id").to_pylist()) == {"T4vFxmI9RFCnFwCmltnwag"}
+    expected = _expected_records(SAMPLE, lambda dd, meta: meta.cluster_id)
+    assert len(expected) == rec.num_rows
+
+
+def test_typed_tables_hold_every_ok_record_of_their_type(scenario: Any) -> None:
+    wh, _ = scenario
+    rec = _table(wh, "records")
+    counts: dict[str, int] = {}
+    for t, st in zip(rec.column("record_type").to_pylist(), rec.column("status").to_pylist(), strict=True):
+        if st == "ok":
+            counts[t] = counts.get(t, 0) + 1
+    cat = catalog()
+    for rtype, n in counts.items():
+        assert _table(wh, cat.by_record_type[rtype].name).num_rows == n, rtype
+    assert {t.name for t in cat.typed.values()} >= {"topic_record", "no_op_record", "leader_change", "kraft_voters"}
+
+
+def _expected_typed(spark: Any, table: str) -> Any:
+    """A typed table built from the pure decoder's canonical copies (as Spark rows)."""
+    t = catalog()[table]
+    cols = [f.name for f in t.schema if f.name not in ("run_id",)]
+    rows = []
+    for (cluster, snap, log_offset, seq), (b, r) in _expected_records(
+            SAMPLE, lambda dd, meta: meta.cluster_id).items():
+        d = r.decoded
+        if d.status != "ok" or (d.type != t.record_type):
+            continue
+        d = default_redactor()(d)
+        source = "log" if snap is None else ("bootstrap" if "0000000000000000000-" in snap or
+                                             snap == "bootstrap.checkpoint" else "snapshot")
+        row = {"cluster_id": cluster, "source": source, "snapshot_id": snap, "log_offset": log_offset,
+               "snapshot_seq": seq, "batch_epoch": b.partition_leader_epoch,
+               "timestamp": datetime.fromtimestamp(r.timestamp / 1000, UTC), "record_version": d.version,
+               "unknown_tagged_fields": None, "redacted_fields": list(d.redacted) or None, **(d.data or {})}
+        rows.append(tuple(row.get(c) for c in cols))
+    schema = StructType([f for f in spark_schema(t).fields if f.name in cols])
+    return spark.createDataFrame(rows, schema)
+
+
+@pytest.mark.parametrize("table", ["topic_record", "partition_change_record", "config_record",
+                                   "register_broker_record", "kraft_voters", "client_quota_record"])
+def test_typed_rows_equal_the_decoder_output(spark: Any, scenario: Any, table: str) -> None:
+    wh, _ = scenario
+    config = _config(wh)
+    actual = read_table(spark, config, table).drop("run_id", "node_id")
+    expected = _expected_typed(spark, table).drop("node_id")
+    assert actual.count() > 0
+    assert_df_equality(actual.select(*expected.columns), expected, ignore_row_order=True, ignore_nullable=True,
+                       ignore_column_order=True, ignore_metadata=True)
+
+
+def test_second_run_adds_nothing(spark: Any, scenario: Any) -> None:
+    wh, _ = scenario
+    before = {t.name: DeltaTable(str(wh / t.name)).count() for t in catalog().all() if t.name != "runs"}
+    again = _run(spark, [SAMPLE], wh)
+    assert (again.files_ingested, again.rows_added, again.divergent) == (0, 0, 0)
+    after = {t.name: DeltaTable(str(wh / t.name)).count() for t in catalog().all() if t.name != "runs"}
+    assert before == after
+
+
+def test_secrets_never_reach_the_tables(scenario: Any) -> None:
+    wh, _ = scenario
+    for name in ("records", "config_record", "user_scram_credential_record"):
+        t = _table(wh, name)
+        assert "s3cr3t-key-pw" not in str(t.to_pylist())
+    scram = _table(wh, "user_scram_credential_record")
+    assert scram.num_rows and all(v is None for v in scram.column("salt").to_pylist())
+    rec = _table(wh, "records")
+    assert all(v is None for v in rec.column("raw_value").to_pylist())  # nothing failed to decode
+
+
+def test_tables_are_documented_delta_tables_readable_by_delta_rs_and_duckdb(scenario: Any) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    wh, _ = scenario
+    dt = DeltaTable(str(wh / "records"))
+    meta = dt.metadata()
+    assert meta.name == "records" and "one row per record" in (meta.description or "").lower()
+    assert meta.configuration["kraftlog.key"] == "cluster_id,source,snapshot_id,log_offset,snapshot_seq"
+    fields = {f.name: f for f in dt.schema().fields}
+    assert "Raft epoch" in fields["batch_epoch"].metadata["comment"]
+    assert (wh / "records" / "_delta_log" / "00000000000000000000.json").exists()
+    con = duckdb.connect()
+    dataset = DeltaTable(str(wh / "topic_record")).to_pyarrow_dataset()
+    con.register("topics", dataset)
+    names = {r[0] for r in con.execute("select distinct name from topics").fetchall()}
+    assert {"orders", "payments", "fragile", "tmp-delete-me"} <= names
+
+
+def test_duckdb_reads_the_tables_with_its_own_delta_reader(scenario: Any) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    wh, _ = scenario
+    con = duckdb.connect()
+    try:
+        con.execute("INSTALL delta; LOAD delta;")
+    except Exception as e:  # the extension comes from extensions.duckdb.org
+        pytest.skip(f"DuckDB's delta extension is not installable here: {str(e).splitlines()[0][:120]}")
+    n = con.execute(f"select count(*) from delta_scan('{wh / 'records'}')").fetchone()[0]
+    assert n == DeltaTable(str(wh / "records")).count()
+
+
+def test_delta_spark_reads_and_writes_where_its_jar_is_on_the_classpath(spark: Any, tmp_path: Path) -> None:
+    if not delta_spark_available(spark):
+        pytest.skip("delta-spark's jar (io.delta) is not on the Spark classpath: Maven Central is unreachable "
+                    "here, so the delta-spark writer is tested where the jar resolves")
+    cfg = Config.load(warehouse={"path": str(tmp_path), "writer": "delta-spark"})
+    result = ingest(spark, [str(SAMPLE / "node-1")], cfg)
+    assert result.writer == "delta-spark" and result.rows_added > 0
+    assert spark.read.format("delta").load(str(tmp_path / "records")).count() == result.rows_added
+
+
+def test_kraft_decode_sql_function(spark: Any) -> None:
+    from kraftlog.spark.decode import register_functions
+
+    register_functions(spark)
+    value = metadata_value(S.metadata[2], {"name": "orders", "topic_id": "AAAAAAAAAAAAAAAAAAAAAQ"}, 0)
+    row = spark.sql(f"select kraft_decode(unhex('{value.hex()}')) as d").collect()[0]["d"]
+    assert (row["type"], row["version"], row["status"]) == ("TOPIC_RECORD", 0, "ok")
+    assert row["data_json"] == '{"name":"orders","topicId":"AAAAAAAAAAAAAAAAAAAAAQ"}'
+    bad = spark.sql("select kraft_decode(unhex('0163000000')) as d").collect()[0]["d"]
+    assert bad["status"] == "unknown_type" and bad["error"] == "Unknown metadata id 99"
+    ctl = spark.sql("select kraft_decode_control(unhex('00000004'), unhex('000000')) as d").collect()[0]["d"]
+    assert ctl["type"] == "SnapshotFooter"
+
+
+# -- incremental, interrupted, divergent ------------------------------------------------------------
+
+def _copy_node(dst: Path, node: str = "node-1") -> Path:
+    out = dst / node
+    shutil.copytree(SAMPLE / node, out)
+    for p in out.rglob("*"):
+        p.chmod(0o644 if p.is_file() else 0o755)
+    return out
+
+
+def test_a_grown_active_segment_and_a_new_segment_add_only_the_new_records(spark: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    node = _copy_node(data)
+    md = node / "__cluster_metadata-0"
+    last = sorted(md.glob("*.log"))[-1]
+    full = last.read_bytes()
+    last.write_bytes(full[: len(full) // 2 + 7])  # the active segment, caught mid-batch
+    wh = tmp_path / "wh"
+    first = _run(spark, [data], wh)
+    assert first.errors >= 1  # the truncated tail is reported, the rest lands
+    ledger = _table(wh, "files")
+    tail = next(e for p, e in zip(ledger.column("path").to_pylist(), ledger.column("errors").to_pylist(), strict=True)
+            if p.endswith(last.name))
+    assert "invalid bytes at the end" in tail[0] and last.name in tail[0]
+    n1 = DeltaTable(str(wh / "records")).count()
+
+    last.write_bytes(full)  # the segment grew
+    second = _run(spark, [data], wh)
+    assert second.files_ingested == 1 and second.files_clean == 1 and second.files_contested == 0
+    expected = {r.offset for _, r in read_file(last).records()} - {
+        r.offset for _, r in read_file_prefix(full[: len(full) // 2 + 7], last.name)}
+    assert second.rows_added == len(expected) > 0
+    assert DeltaTable(str(wh / "records")).count() == n1 + len(expected)
+    batches = _table(wh, "batches")
+    pairs = list(zip(batches.column("file").to_pylist(), batches.column("position").to_pylist(), strict=True))
+    assert len(pairs) == len(set(pairs))  # each batch of the grown file landed once
+
+
+def read_file_prefix(data: bytes, name: str) -> Any:
+    from kraftlog.wire.files import read_log
+
+    return read_log(data, name).records()
+
+
+def test_an_interrupted_run_is_completed_by_the_next_one(spark: Any, scenario: Any, tmp_path: Path) -> None:
+    class Killed(Exception):
+        pass
+
+    commits: list[str] = []
+
+    def kill_after_first_commit(table: str) -> None:
+        commits.append(table)
+        raise Killed(table)
+
+    wh = tmp_path / "wh"
+    config = _config(wh)
+    store = DeltaRsStore(spark, str(wh), after_commit=kill_after_first_commit)
+    with pytest.raises(Killed):
+        ingest(spark, [str(SAMPLE)], config, store=store)
+    assert len(commits) == 1
+    assert DeltaTable(str(wh / "files")).count() == 0  # the ledger is committed last: nothing counts as done
+    again = ingest(spark, [str(SAMPLE)], config)
+    assert len(again.recovered) == 1 and again.files_ingested == 0
+    reference, _ = scenario
+    for t in catalog().all():
+        if t.name in ("runs",):
+            continue
+        got = _table(wh, t.name).drop_columns(["run_id"] + (["ingested_at"] if t.name == "files" else []))
+        want = _table(reference, t.name).drop_columns(["run_id"] + (["ingested_at"] if t.name == "files" else []))
+        assert got.num_rows == want.num_rows, t.name
+        key = [c for c in t.key if c in got.column_names] or got.column_names[:1]
+        assert got.sort_by([(k, "ascending") for k in key]).to_pylist() == \
+            want.sort_by([(k, "ascending") for k in key]).to_pylist() or t.name in ("batches", "files"), t.name
+
+
+def _node_dir(root: Path, node: int, cluster: str, segment: bytes) -> None:
+    d = root / f"node-{node}"
+    (d / "__cluster_metadata-0").mkdir(parents=True)
+    (d / "meta.properties").write_text(f"version=1\ncluster.id={cluster}\nnode.id={node}\n")
+    (d / "__cluster_metadata-0" / "00000000000000000000.log").write_bytes(segment)
+
+
+def _topics(base: int, names: list[str], epoch: int) -> bytes:
+    spec = S.metadata[2]
+    recs = [record(i, metadata_value(spec, {"name": n, "topic_id": "AAAAAAAAAAAAAAAAAAAAAQ"}, 0))
+            for i, n in enumerate(names)]
+    return batch(base, recs, epoch=epoch)
+
+
+def test_the_higher_epoch_copy_wins_within_a_run_and_the_loser_is_recorded(spark: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    common = _topics(0, ["a", "b", "c"], 1)
+    _node_dir(data, 1, "c1", common + _topics(3, ["d", "e"], 1))  # an uncommitted suffix of epoch 1
+    _node_dir(data, 2, "c1", common + _topics(3, ["x", "y", "z"], 2))  # the new leader's log
+    wh = tmp_path / "wh"
+    result = _run(spark, [data], wh)
+    topics = _table(wh, "topic_record").sort_by("log_offset")
+    assert topics.column("name").to_pylist() == ["a", "b", "c", "x", "y", "z"]
+    assert topics.column("node_id").to_pylist()[3:] == [2, 2, 2]
+    div = _table(wh, "divergence").sort_by("log_offset")
+    assert result.divergent == 2 and div.column("log_offset").to_pylist() == [3, 4]
+    assert div.column("reason").to_pylist() == ["lower_epoch", "lower_epoch"]
+    assert div.column("loser_node_id").to_pylist() == [1, 1] and div.column("winner_batch_epoch")[0].as_py() == 2
+    assert '"name":"d"' in div.column("loser_data_json")[0].as_py()
+
+
+def test_a_landed_row_is_replaced_by_a_later_seen_higher_epoch_copy(spark: Any, tmp_path: Path) -> None:
+    common = _topics(0, ["a", "b", "c"], 1)
+    first, both = tmp_path / "first", tmp_path / "both"
+    _node_dir(first, 1, "c1", common + _topics(3, ["d", "e"], 1))
+    _node_dir(both, 1, "c1", common + _topics(3, ["d", "e"], 1))
+    _node_dir(both, 2, "c1", common + _topics(3, ["x", "y", "z"], 2))
+    wh = tmp_path / "wh"
+    _run(spark, [first], wh)
+    assert _table(wh, "topic_record").sort_by("log_offset").column("name").to_pylist() == ["a", "b", "c", "d", "e"]
+    second = _run(spark, [both], wh)
+    assert second.files_contested >= 1
+    topics = _table(wh, "topic_record").sort_by("log_offset")
+    assert topics.column("name").to_pylist() == ["a", "b", "c", "x", "y", "z"]
+    records = _table(wh, "records")
+    offsets = records.column("log_offset").to_pylist()
+    assert sorted(offsets) == [0, 1, 2, 3, 4, 5]
+    div = _table(wh, "divergence").to_pylist()
+    replaced = sorted((r for r in div if r["reason"] == "replaced_by_higher_epoch"), key=lambda r: r["log_offset"])
+    assert [r["log_offset"] for r in replaced] == [3, 4]  # the rows landed from first/ lost to epoch 2
+    assert all("/first/" in r["loser_file"] and r["loser_batch_epoch"] == 1 for r in replaced)
+    assert '"name":"d"' in replaced[0]["loser_data_json"]
+    lost = sorted((r for r in div if r["reason"] == "lower_epoch"), key=lambda r: r["log_offset"])
+    assert [(r["log_offset"], r["loser_node_id"]) for r in lost] == [(3, 1), (4, 1)]  # both/node-1, this run
+    third = _run(spark, [both], wh)
+    assert (third.rows_added, third.divergent) == (0, 0)
+
+
+def test_a_corrupt_copy_loses_to_a_valid_replica_and_is_reported(spark: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    seg = _topics(0, ["a", "b", "c"], 1)
+    bad = bytearray(seg)
+    bad[seg.index(b"b")] ^= 0x02  # "b" -> "`": CRC mismatch on node 1, the lowest node
+    _node_dir(data, 1, "c1", bytes(bad))
+    _node_dir(data, 2, "c1", seg)
+    wh = tmp_path / "wh"
+    result = _run(spark, [data], wh)
+    assert result.errors == 1
+    assert _table(wh, "topic_record").sort_by("log_offset").column("name").to_pylist() == ["a", "b", "c"]
+    ledger = _table(wh, "files").to_pylist()
+    node1 = next(r for r in ledger if "node-1" in r["path"])
+    assert node1["status"] == "errors" and node1["crc_failures"] == 1 and "@0: CRC mismatch" in node1["errors"][0]
+    crc = {r["node_id"]: r["crc_valid"] for r in _table(wh, "batches").to_pylist()}
+    assert crc == {1: False, 2: True}
+
+
+def test_files_of_a_corrupt_segment_land_with_their_problems_marked(spark: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    seg = _topics(0, ["a"], 1) + _topics(1, ["b"], 1)
+    bad = bytearray(seg)
+    bad[seg.index(b"b")] ^= 0x02
+    _node_dir(data, 1, "c1", bytes(bad) + b"\x00\x01\x02")
+    wh = tmp_path / "wh"
+    result = _run(spark, [data], wh)
+    assert result.errors == 2
+    rec = {r["log_offset"]: r for r in _table(wh, "records").to_pylist()}
+    assert rec[0]["status"] == "ok" and rec[1]["status"] == "corrupt_batch" and "CRC mismatch" in rec[1]["error"]
+    assert rec[1]["raw_value"] is not None  # not a sensitive type: raw bytes kept where decoding is not trusted
+    assert _table(wh, "topic_record").column("name").to_pylist() == ["a"]  # typed tables hold trusted rows only
+
+
+def test_jobs_ingest_entry_point_and_cli(spark: Any, tmp_path: Path) -> None:
+    import importlib.util
+
+    from click.testing import CliRunner
+
+    from kraftlog.cli import main
+
+    spec = importlib.util.spec_from_file_location("job", Path(__file__).parents[1] / "jobs" / "ingest.py")
+    assert spec and spec.loader
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    assert job.main([str(SAMPLE / "node-2"), "--warehouse", str(tmp_path / "a")]) == 0
+    assert DeltaTable(str(tmp_path / "a" / "records")).count() > 1000
+    result = CliRunner().invoke(main, ["ingest", str(SAMPLE / "node-2"), "--warehouse", str(tmp_path / "a"),
+                                       "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "ingested 0" in result.output and "new rows 0" in result.output
+
+
+def test_reads_of_landed_tables_go_through_spark(spark: Any, scenario: Any) -> None:
+    wh, _ = scenario
+    store = open_store(spark, str(wh))
+    df = store.read(catalog()["records"])
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert "FileScan parquet" in plan  # executors scan the table's files; nothing is collected to the driver
+    assert df.filter("record_type = 'TOPIC_RECORD'").count() == DeltaTable(str(wh / "topic_record")).count()
