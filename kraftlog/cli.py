@@ -46,6 +46,141 @@ def dump(paths: tuple[Path, ...], summary: bool, no_redact: bool) -> None:
         sys.stderr.close()
 
 
+def parse_point(text: str | None) -> tuple[int | None, int | None]:
+    """``--offset``-or-``--at`` values: an offset (digits) or a time (ISO-8601, or epoch ms with ``ms:``)."""
+    if text is None:
+        return None, None
+    t = text.strip()
+    if t.lstrip("-").isdigit():
+        return int(t), None
+    if t.startswith("ms:"):
+        return None, int(t[3:])
+    from datetime import UTC, datetime
+
+    when = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return None, int(when.timestamp() * 1000)
+
+
+def _one_cluster(paths: tuple[Path, ...], cluster: str | None, redact: bool):  # type: ignore[no-untyped-def]
+    from kraftlog.state.local import load_clusters
+
+    clusters = load_clusters(paths, redact=redact)
+    if cluster is not None:
+        clusters = [c for c in clusters if c.cluster_id == cluster or c.cluster_id.endswith(":" + cluster)]
+    if not clusters:
+        raise click.ClickException("no KRaft data directory (holding __cluster_metadata-0) under the given paths")
+    if len(clusters) > 1:
+        raise click.ClickException("several clusters found: " + ", ".join(c.cluster_id for c in clusters)
+                                   + "; choose one with --cluster")
+    return clusters[0]
+
+
+_POINT = "an offset, an ISO-8601 time (2026-11-21T03:14:00Z) or ms:<epoch millis>"
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--at", "point", help=f"Where in the log: {_POINT}. Default: the end.")
+@click.option("--kind", "kinds", multiple=True, help="Only these entity kinds (brokers, partitions, ...).")
+@click.option("--cluster", help="Cluster id, when the paths hold several.")
+@click.option("--no-redact", is_flag=True, help="Show secrets.")
+def state(paths: tuple[Path, ...], point: str | None, kinds: tuple[str, ...], cluster: str | None,
+          no_redact: bool) -> None:
+    """The cluster state (metadata image) at any offset or time, as JSON, from data directories."""
+    import json
+
+    from kraftlog.state.local import image_to_json, state_at
+
+    cl = _one_cluster(paths, cluster, not no_redact)
+    offset, ts = parse_point(point)
+    image = state_at(cl, offset, ts)
+    doc = {"cluster_id": cl.cluster_id, **image_to_json(image, kinds or None)}
+    click.echo(json.dumps(doc, indent=1, default=str))
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--from", "start", required=True, help=f"The earlier point: {_POINT}.")
+@click.option("--to", "end", help=f"The later point: {_POINT}. Default: the end.")
+@click.option("--kind", "kinds", multiple=True, help="Only these entity kinds.")
+@click.option("--cluster", help="Cluster id, when the paths hold several.")
+def diff(paths: tuple[Path, ...], start: str, end: str | None, kinds: tuple[str, ...], cluster: str | None) -> None:
+    """What changed between two points of the log: one JSON object per changed field."""
+    import json
+
+    from kraftlog.state.local import diff_images, diff_to_json, state_at
+
+    cl = _one_cluster(paths, cluster, True)
+    a, b = state_at(cl, *parse_point(start)), state_at(cl, *parse_point(end))
+    for row in diff_to_json(diff_images(a, b, kinds or None)):
+        click.echo(json.dumps(row, default=str))
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.option("--warehouse", help="Verify the ingested tables of this warehouse instead (Spark).")
+@click.option("--conf", "conf_file", type=click.Path(exists=True, dir_okay=False), help="TOML profile.")
+@click.option("--quiet", is_flag=True, help="Only differences and the totals.")
+def verify(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, quiet: bool) -> None:
+    """Replay the log to every snapshot it reaches and compare with the snapshot's own contents.
+
+    PATHS are data directories (or folders above them); each path is checked on its own. Exit status
+    0 only when nothing differs (like fsck); 1 when something does.
+    """
+    if warehouse or not paths:
+        from kraftlog.config import Config
+        from kraftlog.spark.history import verify_tables
+        from kraftlog.spark.session import build_session
+
+        config = Config.load(conf_file, **({"warehouse": {"path": warehouse}} if warehouse else {}))
+        report = verify_tables(build_session(config), config)
+    else:
+        from kraftlog.state.local import load_clusters
+        from kraftlog.state.local import verify as verify_cluster
+
+        report = []
+        for p in paths:
+            for cl in load_clusters([p]):
+                report.append((cl.cluster_id, verify_cluster(cl)))
+    checked = differing = 0
+    for cluster_id, checks in report:
+        for c in checks:
+            if not c.reachable:
+                if not quiet:
+                    click.echo(f"{cluster_id} {c.snapshot_id}: skipped ({c.note})")
+                continue
+            checked += 1
+            differing += bool(c.differences)
+            if c.differences or not quiet:
+                click.echo(f"{cluster_id} {c.snapshot_id}: {len(c.differences)} difference(s)")
+            for d in c.differences:
+                click.echo(f"  {d.describe()}")
+    click.echo(f"snapshots checked: {checked}, with differences: {differing}")
+    sys.exit(1 if differing else 0)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--at", "point", help=f"Where in the log: {_POINT}. Default: the end.")
+@click.option("--path", "node", default="/image", show_default=True, help="Subtree to print.")
+@click.option("--cluster", help="Cluster id, when the paths hold several.")
+@click.option("--no-redact", is_flag=True, help="Show config secrets (as kafka-metadata-shell does).")
+def shell(paths: tuple[Path, ...], point: str | None, node: str, cluster: str | None, no_redact: bool) -> None:
+    """kafka-metadata-shell's tree of the image, at any offset or time (not only at a snapshot)."""
+    from kraftlog.state.local import state_at
+    from kraftlog.state.shell import image_tree, render
+
+    cl = _one_cluster(paths, cluster, not no_redact)
+    tree: object = {"image": image_tree(state_at(cl, *parse_point(point)))}
+    for part in [p for p in node.split("/") if p]:
+        if not isinstance(tree, dict) or part not in tree:
+            raise click.ClickException(f"{node}: no such node")
+        tree = tree[part]
+    click.echo(render(tree).rstrip("\n"))  # type: ignore[arg-type]
+
+
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse).")

@@ -1,0 +1,281 @@
+"""Cluster state from local data directories, without Spark: a metadata shell for any offset.
+
+``load_clusters`` reads data directories, groups them by cluster and assembles each cluster's log the
+way the ingest does (one copy per offset: a valid CRC first, then the higher batch epoch, then the
+lower node id) with its snapshots. Then:
+
+* ``replay_to`` / ``state_at``: the image at any offset or time;
+* ``history``: every entity change;
+* ``verify``: for every snapshot the available log reaches, the replayed state at its end offset
+  against the snapshot's own contents.
+
+Replay starts from an empty image when the log is complete from offset 0; otherwise from the base
+snapshot: the earliest snapshot at or after the start of the log's last gap-free run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kraftlog.state.entities import KINDS
+from kraftlog.state.replay import Change, Event, Image, Replayer
+from kraftlog.tables.rows import value_hash
+from kraftlog.wire.discover import DataDir, scan
+from kraftlog.wire.files import BOOTSTRAP, SEGMENT, parse_meta_properties, read_file
+from kraftlog.wire.messages import Decoded
+from kraftlog.wire.redact import Redactor, default_redactor
+
+
+@dataclass
+class Snapshot:
+    """A snapshot: state as of ``offset`` (= endOffset - 1)."""
+
+    snapshot_id: str
+    offset: int
+    epoch: int
+    timestamp: int
+    events: list[Event]
+    node_id: int | None
+    path: str
+
+
+@dataclass
+class ClusterLog:
+    """One cluster's canonical log (offset -> event) and its snapshots."""
+
+    cluster_id: str
+    nodes: list[int | None] = field(default_factory=list)
+    log: dict[int, Event] = field(default_factory=dict)
+    snapshots: dict[str, Snapshot] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def offsets(self) -> list[int]:
+        return sorted(self.log)
+
+    def base(self) -> tuple[Snapshot | None, int]:
+        """(base snapshot or None, first log offset to apply after it)."""
+        offsets = self.offsets
+        if not offsets:
+            latest = max(self.snapshots.values(), key=lambda s: s.offset, default=None)
+            return latest, (latest.offset + 1 if latest else 0)
+        start = offsets[0]
+        for a, b in itertools.pairwise(offsets):
+            if b != a + 1:
+                start = b  # the last gap-free run starts here
+        if start == 0:
+            return None, 0
+        bridging = [s for s in self.snapshots.values() if start - 1 <= s.offset <= offsets[-1]]
+        if not bridging:
+            older = [s for s in self.snapshots.values() if s.offset < start - 1]
+            self.problems.append(f"the log starts at offset {start} and no snapshot bridges the gap"
+                                 + (f"; state before {start} is unknown" if not older else
+                                    f"; starting from snapshot {max(older, key=lambda s: s.offset).snapshot_id}"))
+            base = max(older, key=lambda s: s.offset) if older else None
+            return base, start
+        base = min(bridging, key=lambda s: s.offset)
+        return base, base.offset + 1
+
+    def timestamp_offset(self, ts_ms: int) -> int:
+        """The last log offset whose record timestamp is at or before ``ts_ms`` (-1 if none)."""
+        best = -1
+        for o in self.offsets:
+            if self.log[o].timestamp <= ts_ms:
+                best = o
+        return best
+
+
+def _events(path: str, redactor: Redactor) -> tuple[list[tuple[Event, bool]], list[str]]:
+    out: list[tuple[Event, bool]] = []
+    read = read_file(path)
+    for b, r in read.records():
+        d: Decoded = r.decoded  # type: ignore[assignment]
+        ok = b.crc_valid and not b.errors
+        out.append((Event(r.offset, r.timestamp, b.partition_leader_epoch, redactor(d) if d.data else d,
+                          value_hash(r.key, r.value)), ok))
+    return out, [e.describe() for e in read.errors]
+
+
+def load_clusters(paths: Iterable[str | Path], redact: bool = True) -> list[ClusterLog]:
+    """Every cluster found under ``paths`` (data directories, or folders above them).
+
+    Data directories are grouped by ``meta.properties`` cluster.id within each path: unrelated
+    deployments often share a tutorial's cluster id, so two paths are never merged.
+    """
+    redactor: Redactor | Callable[[Decoded], Decoded] = default_redactor() if redact else (lambda d: d)
+    clusters: dict[str, ClusterLog] = {}
+    best: dict[str, dict[int, tuple[tuple[int, int, int], Event]]] = {}
+    roots = [str(p) for p in paths]
+    dirs: list[tuple[str, DataDir]] = [(p, dd) for p in roots for dd in scan([p])]
+    for root, dd in dirs:
+        meta = parse_meta_properties(Path(dd.meta_properties.path).read_text()) if dd.meta_properties else None
+        cluster_id = (meta.cluster_id if meta else None) or dd.root
+        if len(roots) > 1:
+            cluster_id = f"{root}:{cluster_id}"
+        node = meta.node_id if meta else None
+        cl = clusters.setdefault(cluster_id, ClusterLog(cluster_id))
+        cl.nodes.append(node)
+        for entry, info in dd.files:
+            if info.kind == BOOTSTRAP:
+                continue  # ignored as state sources, as Kafka's MetadataLoader does
+            events, problems = _events(entry.path, redactor)  # type: ignore[arg-type]
+            cl.problems.extend(problems)
+            if info.kind == SEGMENT:
+                mine = best.setdefault(cluster_id, {})
+                for ev, ok in events:
+                    rank = (0 if ok else 1, -ev.epoch, node if node is not None else 1 << 30)
+                    if ev.offset not in mine or rank < mine[ev.offset][0]:
+                        mine[ev.offset] = (rank, ev)
+            elif info.snapshot_id not in cl.snapshots or (node or 0) < (cl.snapshots[info.snapshot_id].node_id or 0):
+                assert info.end_offset is not None and info.epoch is not None
+                header_ts = next((e.decoded.data or {}).get("last_contained_log_timestamp", 0)
+                                 for e, _ in events if e.decoded.type == "SnapshotHeader") if events else 0
+                cl.snapshots[info.snapshot_id or entry.path] = Snapshot(
+                    info.snapshot_id or entry.path, info.end_offset - 1, info.epoch, header_ts or 0,
+                    [e for e, _ in events], node, entry.path)
+    for cluster_id, mine in best.items():
+        clusters[cluster_id].log = {o: ev for o, (_, ev) in mine.items()}
+    return [clusters[c] for c in sorted(clusters)]
+
+
+def replay(cl: ClusterLog, upto: float = math.inf, on_change: Callable[[Change], None] | None = None,
+           at_offsets: Iterable[int] = (), on_offset: Callable[[int, Image], None] | None = None) -> Replayer:
+    """Replay ``cl`` up to offset ``upto`` (inclusive); ``on_offset`` sees the image after each of ``at_offsets``."""
+    r = Replayer(on_change)
+    base, first = cl.base()
+    if base is not None:
+        r.load_snapshot(base.events, base.offset, base.timestamp)
+    marks = sorted(set(at_offsets))
+    mi = 0
+    while mi < len(marks) and base is not None and marks[mi] <= base.offset:
+        if on_offset is not None and marks[mi] == base.offset:
+            on_offset(marks[mi], r.image)
+        mi += 1
+    for o in cl.offsets:
+        if o < first:
+            continue
+        if o > upto:
+            break
+        r.apply(cl.log[o])
+        while mi < len(marks) and marks[mi] <= o:
+            if marks[mi] == o and on_offset is not None:
+                on_offset(o, r.image)
+            mi += 1
+    r.finish()
+    return r
+
+
+def state_at(cl: ClusterLog, offset: int | None = None, timestamp_ms: int | None = None) -> Image:
+    """The image as of a log offset (inclusive), or of a time; the end of the log by default."""
+    if timestamp_ms is not None:
+        offset = cl.timestamp_offset(timestamp_ms)
+    return replay(cl, math.inf if offset is None else offset).image
+
+
+@dataclass
+class Difference:
+    """One field of one entity that differs between two images."""
+
+    kind: str
+    key: tuple[Any, ...]
+    field: str
+    left: Any
+    right: Any
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.key}: {self.field}: {self.left!r} != {self.right!r}"
+
+
+def diff_images(left: Image, right: Image, kinds: Iterable[str] | None = None) -> list[Difference]:
+    """Every entity and field that differs (``<missing>`` where an entity exists on one side only)."""
+    out: list[Difference] = []
+    for k in KINDS:
+        if kinds is not None and k.name not in kinds:
+            continue
+        a, b = left.entities[k.name], right.entities[k.name]
+        for key in sorted(a.keys() | b.keys(), key=repr):
+            va, vb = a.get(key), b.get(key)
+            if va == vb:
+                continue
+            if va is None or vb is None:
+                out.append(Difference(k.name, key, "<entity>", "<missing>" if va is None else "present",
+                                      "<missing>" if vb is None else "present"))
+                continue
+            for f in k.value_names:
+                if va.get(f) != vb.get(f):
+                    out.append(Difference(k.name, key, f, va.get(f), vb.get(f)))
+    return out
+
+
+@dataclass
+class SnapshotCheck:
+    snapshot_id: str
+    offset: int
+    node_id: int | None
+    reachable: bool
+    differences: list[Difference]
+    note: str = ""
+
+
+def snapshot_image(s: Snapshot, previous: Image | None = None) -> Image:
+    """The image a snapshot describes (loaded on top of ``previous`` as Kafka's loader does)."""
+    r = Replayer()
+    if previous is not None:
+        r.image = previous.copy()
+    r.load_snapshot(s.events, s.offset, s.timestamp)
+    return r.image
+
+
+def verify(cl: ClusterLog) -> list[SnapshotCheck]:
+    """Replayed state vs. each snapshot's contents, at every snapshot the log reaches."""
+    base, first = cl.base()
+    offsets = set(cl.offsets)
+    checks: list[SnapshotCheck] = []
+    reachable: dict[int, list[Snapshot]] = {}
+    for s in sorted(cl.snapshots.values(), key=lambda s: (s.offset, s.snapshot_id)):
+        start = base.offset if base is not None else -1
+        ok = s is not base and s.offset >= start and all(o in offsets for o in range(first, s.offset + 1))
+        if ok and s.offset >= 0 and cl.log[s.offset].epoch != s.epoch:
+            # a snapshot is (endOffset, epoch): this one belongs to another history of this log directory
+            checks.append(SnapshotCheck(s.snapshot_id, s.offset, s.node_id, False, [],
+                                        f"another history: the log has epoch {cl.log[s.offset].epoch} at offset "
+                                        f"{s.offset}, the snapshot epoch {s.epoch}"))
+        elif ok:
+            reachable.setdefault(s.offset, []).append(s)
+        else:
+            note = "the base snapshot" if s is base else "not reachable from the available log"
+            checks.append(SnapshotCheck(s.snapshot_id, s.offset, s.node_id, False, [], note))
+
+    def compare(offset: int, image: Image) -> None:
+        for s in reachable.get(offset, []):
+            # producer ids survive a snapshot without them: compare what the snapshot states
+            expected = snapshot_image(s, image)
+            checks.append(SnapshotCheck(s.snapshot_id, s.offset, s.node_id, True, diff_images(image, expected)))
+
+    if reachable:
+        replay(cl, max(reachable), at_offsets=reachable.keys(), on_offset=compare)
+    return sorted(checks, key=lambda c: (c.offset, c.snapshot_id))
+
+
+# -- rendering -----------------------------------------------------------------------------------------
+
+def image_to_json(image: Image, kinds: Iterable[str] | None = None) -> dict[str, Any]:
+    """The image as JSON-ready dicts: provenance, then one list of entities per kind."""
+    out: dict[str, Any] = {"offset": image.offset, "timestamp": image.timestamp}
+    for k in KINDS:
+        if kinds is not None and k.name not in kinds:
+            continue
+        rows = []
+        for key, value in sorted(image.entities[k.name].items(), key=lambda kv: repr(kv[0])):
+            rows.append({**dict(zip(k.key_names, key, strict=True)), **value})
+        out[k.name] = rows
+    return out
+
+
+def diff_to_json(diffs: list[Difference]) -> list[dict[str, Any]]:
+    return [{"kind": d.kind, "key": list(d.key), "field": d.field, "from": d.left, "to": d.right} for d in diffs]

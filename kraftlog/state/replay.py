@@ -1,0 +1,430 @@
+"""Replay metadata records into a cluster image, exactly as Kafka applies them (FACTS section d).
+
+One replay rule per record type, after Kafka's ``*Delta.replay`` methods:
+
+* a snapshot replaces the image (``load_snapshot``);
+* PartitionRecord replaces a partition (directories default to MIGRATING, ELR to empty); a
+  PartitionChangeRecord merges (null keeps, Leader -2 keeps, LeaderRecoveryState -1 keeps) and the
+  epochs are computed: partitionEpoch + 1 always, leaderEpoch + 1 iff Leader != -2;
+* ClearElr empties ELR and LastKnownElr (partitionEpoch + 1 where they were not empty);
+* RemoveTopic removes the topic, its partitions and its TOPIC configs; a null config value deletes the
+  key; a ClientQuota with Remove deletes the key; FeatureLevel 0 removes a feature (not
+  metadata.version; kraft.version FeatureLevel records are ignored, KAFKA-18979);
+* BrokerRegistrationChange / Fence / Unfence apply only to a broker with the same epoch;
+* metadata transactions: records between Begin and End are applied together at End's offset; an
+  Abort discards them; one still open at the end of the input is reported and not applied.
+
+Replay problems (the cases where Kafka's loader raises and its fault handler skips the record) are
+collected in ``problems`` and the record is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kraftlog.schema.registry import load_schemas
+from kraftlog.state.entities import KINDS, MIGRATING, UNASSIGNED
+from kraftlog.wire.messages import Decoded
+
+Key = tuple[Any, ...]
+Value = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Event:
+    """A decoded record placed in the log: offset, timestamp (ms), batch epoch."""
+
+    offset: int
+    timestamp: int
+    epoch: int
+    decoded: Decoded
+    value_hash: int | None = None
+
+
+@dataclass(slots=True)
+class Change:
+    """One entity changed: ``value`` is None for a delete."""
+
+    kind: str
+    key: Key
+    value: Value | None
+    offset: int
+    timestamp: int
+
+
+@dataclass
+class Image:
+    """The metadata image: entities by kind and key, plus provenance."""
+
+    entities: dict[str, dict[Key, Value]] = field(default_factory=lambda: {k.name: {} for k in KINDS})
+    offset: int = -1
+    timestamp: int = 0
+
+    def copy(self) -> Image:
+        return Image({k: dict(v) for k, v in self.entities.items()}, self.offset, self.timestamp)
+
+
+def _sorted_by_name(items: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    return sorted(items or [], key=lambda e: e["name"])
+
+
+def _listeners(items: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    return [{"name": e["name"], "host": e["host"], "port": e["port"], "security_protocol": e["security_protocol"]}
+            for e in _sorted_by_name(items)]
+
+
+def _features(items: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    return [{"name": e["name"], "min_supported_version": e["min_supported_version"],
+             "max_supported_version": e["max_supported_version"]} for e in _sorted_by_name(items)]
+
+
+def quota_entity(parts: list[dict[str, Any]]) -> str:
+    """A client-quota entity as canonical JSON: [[type, name], ...] sorted by type (name null = default)."""
+    return json.dumps(sorted([[p["entity_type"], p["entity_name"]] for p in parts], key=lambda x: x[0]),
+                      separators=(",", ":"))
+
+
+def _default_to_migrating(directories: list[str] | None, n: int) -> list[str]:
+    """``PartitionRegistration.defaultToMigrating``."""
+    return [MIGRATING] * n if not directories else list(directories)
+
+
+def _directories_from(replicas: list[int], directories: list[str], new_replicas: list[int]) -> list[str]:
+    """``DirectoryId.createDirectoriesFrom``: keep a surviving replica's directory, UNASSIGNED for new ones."""
+    assignment = dict(zip(replicas, directories, strict=False))
+    return [assignment.get(r, UNASSIGNED) for r in new_replicas]
+
+
+class Replayer:
+    """Applies events to an ``Image`` and reports every entity change to ``on_change``."""
+
+    def __init__(self, on_change: Callable[[Change], None] | None = None):
+        self.image = Image()
+        self.on_change = on_change
+        self.problems: list[str] = []
+        self._txn: list[Event] | None = None
+        self._txn_begin: int | None = None
+        self._mv_names = load_schemas().enums["metadataVersion"]
+        self._zk_names = load_schemas().enums["zkMigrationState"]
+        self._dispatch: dict[str | None, Callable[[Value, int, int, int | None], object]] = {
+            "REGISTER_BROKER_RECORD": self._register_broker,
+            "UNREGISTER_BROKER_RECORD": self._unregister_broker,
+            "BROKER_REGISTRATION_CHANGE_RECORD": self._broker_change,
+            "FENCE_BROKER_RECORD": lambda d, o, t, h: self._fence(d, o, t, True),
+            "UNFENCE_BROKER_RECORD": lambda d, o, t, h: self._fence(d, o, t, False),
+            "REGISTER_CONTROLLER_RECORD": self._register_controller,
+            "UNREGISTER_CONTROLLER_RECORD": lambda d, o, t, h: self._delete("controllers", (d["controller_id"],),
+                                                                            o, t),
+            "TOPIC_RECORD": self._topic,
+            "PARTITION_RECORD": self._partition,
+            "PARTITION_CHANGE_RECORD": self._partition_change,
+            "CLEAR_ELR_RECORD": self._clear_elr,
+            "REMOVE_TOPIC_RECORD": self._remove_topic,
+            "CONFIG_RECORD": self._config,
+            "CLIENT_QUOTA_RECORD": self._quota,
+            "PRODUCER_IDS_RECORD": lambda d, o, t, h: self._set("producer_ids", (), {
+                "next_producer_id": d["next_producer_id"]}, o, t),
+            "ACCESS_CONTROL_ENTRY_RECORD": self._acl,
+            "REMOVE_ACCESS_CONTROL_ENTRY_RECORD": self._remove_acl,
+            "USER_SCRAM_CREDENTIAL_RECORD": lambda d, o, t, h: self._set("scram_users", (d["mechanism"], d["name"]), {
+                "iterations": d["iterations"], "credential_hash": h}, o, t),
+            "REMOVE_USER_SCRAM_CREDENTIAL_RECORD": lambda d, o, t, h: self._delete(
+                "scram_users", (d["mechanism"], d["name"]), o, t),
+            "DELEGATION_TOKEN_RECORD": lambda d, o, t, h: self._set("delegation_tokens", (d["token_id"],), {
+                "owner": d["owner"], "requester": d["requester"], "renewers": list(d["renewers"]),
+                "issue_timestamp": d["issue_timestamp"], "max_timestamp": d["max_timestamp"],
+                "expiration_timestamp": d["expiration_timestamp"]}, o, t),
+            "REMOVE_DELEGATION_TOKEN_RECORD": lambda d, o, t, h: self._delete("delegation_tokens", (d["token_id"],),
+                                                                              o, t),
+            "FEATURE_LEVEL_RECORD": self._feature,
+            "REMOVE_FEATURE_LEVEL_RECORD": lambda d, o, t, h: self._delete("features", (d["name"],), o, t),
+            "ZK_MIGRATION_STATE_RECORD": lambda d, o, t, h: self._set("zk_migration_state", (), {
+                "state": d["zk_migration_state"],
+                "state_name": self._zk_names.get(str(d["zk_migration_state"]))}, o, t),
+            "KRaftVersion": lambda d, o, t, h: self._set("kraft_version", (), {"kraft_version": d["kraft_version"]},
+                                                         o, t),
+            "KRaftVoters": self._voters,
+        }
+
+    # -- input ----------------------------------------------------------------------------------------
+    def load_snapshot(self, events: Iterable[Event], offset: int, timestamp: int) -> None:
+        """Replace the image with a snapshot's contents (state as of ``offset``)."""
+        old = self.image
+        self.image = Image(offset=offset, timestamp=timestamp)
+        self._txn, self._txn_begin = None, None
+        for ev in events:
+            d = ev.decoded
+            if d.status == "ok" and d.type not in ("BEGIN_TRANSACTION_RECORD", "END_TRANSACTION_RECORD",
+                                                   "ABORT_TRANSACTION_RECORD"):
+                self._apply(ev, offset, timestamp)
+        # entities of the old image absent from the snapshot are removed (finishSnapshot) ...
+        for kind, entities in old.entities.items():
+            for key in entities.keys() - self.image.entities[kind].keys():
+                if kind == "producer_ids":  # ... except the producer id mark (ProducerIdsDelta.finishSnapshot)
+                    self.image.entities[kind][key] = entities[key]
+                    continue
+                self._emit(Change(kind, key, None, offset, timestamp))
+
+    def apply(self, ev: Event) -> None:
+        """Apply one log record (transactions buffered until their End)."""
+        d = ev.decoded
+        t = d.type
+        if t == "BEGIN_TRANSACTION_RECORD":
+            if self._txn is not None:
+                self.problems.append(f"offset {ev.offset}: BeginTransaction inside the transaction begun at "
+                                     f"{self._txn_begin}")
+                return
+            self._txn, self._txn_begin = [], ev.offset
+        elif t == "END_TRANSACTION_RECORD":
+            if self._txn is None:
+                self.problems.append(f"offset {ev.offset}: EndTransaction without BeginTransaction")
+            else:
+                buffered, self._txn, self._txn_begin = self._txn, None, None
+                for b in buffered:
+                    self._apply(b, ev.offset, ev.timestamp)
+        elif t == "ABORT_TRANSACTION_RECORD":
+            if self._txn is None:
+                self.problems.append(f"offset {ev.offset}: AbortTransaction without BeginTransaction")
+            self._txn, self._txn_begin = None, None
+        elif self._txn is not None:
+            self._txn.append(ev)
+        else:
+            self._apply(ev, ev.offset, ev.timestamp)
+        self.image.offset, self.image.timestamp = ev.offset, ev.timestamp
+
+    def finish(self) -> None:
+        """End of input: a transaction still open is not applied (reported)."""
+        if self._txn is not None:
+            self.problems.append(f"transaction begun at offset {self._txn_begin} is still open at the end of the "
+                                 f"input: its {len(self._txn)} record(s) are not applied")
+
+    @property
+    def open_transaction(self) -> int | None:
+        return self._txn_begin
+
+    # -- dispatch -------------------------------------------------------------------------------------
+    def _apply(self, ev: Event, offset: int, timestamp: int) -> None:
+        d = ev.decoded
+        if d.status != "ok" or d.data is None:
+            return
+        handler = self._dispatch.get(d.type)
+        if handler is not None:
+            handler(d.data, offset, timestamp, ev.value_hash)
+
+    def _emit(self, change: Change) -> None:
+        if self.on_change is not None:
+            self.on_change(change)
+
+    def _set(self, kind: str, key: Key, value: Value, offset: int, ts: int) -> None:
+        entities = self.image.entities[kind]
+        if entities.get(key) != value:
+            entities[key] = value
+            self._emit(Change(kind, key, value, offset, ts))
+
+    def _delete(self, kind: str, key: Key, offset: int, ts: int) -> bool:
+        if self.image.entities[kind].pop(key, None) is None:
+            return False
+        self._emit(Change(kind, key, None, offset, ts))
+        return True
+
+    # -- cluster --------------------------------------------------------------------------------------
+    def _register_broker(self, d: Value, o: int, t: int, h: int | None) -> None:
+        self._set("brokers", (d["broker_id"],), {
+            "broker_epoch": d["broker_epoch"], "incarnation_id": d["incarnation_id"],
+            "listeners": _listeners(d["end_points"]), "supported_features": _features(d["features"]),
+            "rack": d["rack"], "fenced": d.get("fenced", True),
+            "in_controlled_shutdown": d.get("in_controlled_shutdown", False),
+            "is_migrating_zk_broker": d.get("is_migrating_zk_broker", False),
+            "directories": sorted(d.get("log_dirs") or []),
+            "cordoned_directories": d.get("cordoned_log_dirs")}, o, t)
+
+    def _unregister_broker(self, d: Value, o: int, t: int, h: int | None) -> None:
+        if not self._delete("brokers", (d["broker_id"],), o, t):
+            self.problems.append(f"offset {o}: UnregisterBroker of unknown broker {d['broker_id']}")
+
+    def _current_broker(self, d: Value, o: int, what: str) -> Value | None:
+        b = self.image.entities["brokers"].get((d["broker_id"],))
+        epoch = d.get("broker_epoch", d.get("epoch"))
+        if b is None or b["broker_epoch"] != epoch:
+            self.problems.append(f"offset {o}: {what} for broker {d['broker_id']} epoch {epoch}, which is not "
+                                 "registered with that epoch")
+            return None
+        return b
+
+    def _broker_change(self, d: Value, o: int, t: int, h: int | None) -> None:
+        b = self._current_broker(d, o, "BrokerRegistrationChange")
+        if b is None:
+            return
+        new = dict(b)
+        fenced = d.get("fenced", 0)
+        if fenced in (1, -1):
+            new["fenced"] = fenced == 1
+        elif fenced != 0:
+            self.problems.append(f"offset {o}: invalid fencing change {fenced}")
+            return
+        shutdown = d.get("in_controlled_shutdown", 0)
+        if shutdown == 1:
+            new["in_controlled_shutdown"] = True
+        elif shutdown != 0:
+            self.problems.append(f"offset {o}: invalid controlled shutdown change {shutdown}")
+            return
+        if d.get("log_dirs"):
+            new["directories"] = sorted(d["log_dirs"])
+        if d.get("cordoned_log_dirs") is not None:
+            new["cordoned_directories"] = list(d["cordoned_log_dirs"])
+        self._set("brokers", (d["broker_id"],), new, o, t)
+
+    def _fence(self, d: Value, o: int, t: int, fenced: bool) -> None:
+        b = self._current_broker({"broker_id": d["id"], "epoch": d["epoch"]}, o,
+                                 "FenceBroker" if fenced else "UnfenceBroker")
+        if b is not None:
+            self._set("brokers", (d["id"],), {**b, "fenced": fenced}, o, t)
+
+    def _register_controller(self, d: Value, o: int, t: int, h: int | None) -> None:
+        self._set("controllers", (d["controller_id"],), {
+            "incarnation_id": d["incarnation_id"], "zk_migration_ready": d["zk_migration_ready"],
+            "listeners": _listeners(d["end_points"]), "supported_features": _features(d["features"])}, o, t)
+
+    # -- topics and partitions --------------------------------------------------------------------------
+    def _topic(self, d: Value, o: int, t: int, h: int | None) -> None:
+        tid = d["topic_id"]
+        if (tid,) in self.image.entities["topics"]:  # a new TopicImage: no partitions
+            for key in [k for k in self.image.entities["partitions"] if k[0] == tid]:
+                self._delete("partitions", key, o, t)
+        self._set("topics", (tid,), {"name": d["name"]}, o, t)
+
+    def _partition(self, d: Value, o: int, t: int, h: int | None) -> None:
+        topic = self.image.entities["topics"].get((d["topic_id"],))
+        if topic is None:
+            self.problems.append(f"offset {o}: PartitionRecord for unknown topic {d['topic_id']}")
+            return
+        replicas = list(d["replicas"])
+        dirs = d.get("directories")
+        if dirs and len(dirs) != len(replicas):
+            self.problems.append(f"offset {o}: PartitionRecord with {len(dirs)} directories for "
+                                 f"{len(replicas)} replicas")
+            return
+        self._set("partitions", (d["topic_id"], d["partition_id"]), {
+            "topic_name": topic["name"], "replicas": replicas, "isr": list(d["isr"]),
+            "removing_replicas": list(d["removing_replicas"]), "adding_replicas": list(d["adding_replicas"]),
+            "elr": list(d.get("eligible_leader_replicas") or []), "last_known_elr": list(d.get("last_known_elr") or []),
+            "leader": d["leader"], "leader_recovery_state": d.get("leader_recovery_state", 0),
+            "leader_epoch": d["leader_epoch"], "partition_epoch": d["partition_epoch"],
+            "directories": _default_to_migrating(dirs, len(replicas))}, o, t)
+
+    def _partition_change(self, d: Value, o: int, t: int, h: int | None) -> None:
+        key = (d["topic_id"], d["partition_id"])
+        p = self.image.entities["partitions"].get(key)
+        if p is None:
+            self.problems.append(f"offset {o}: PartitionChangeRecord for unknown partition {key}")
+            return
+        new = dict(p)
+        if d.get("replicas") is not None:
+            new["replicas"] = list(d["replicas"])
+        dirs = d.get("directories")
+        if dirs:
+            if d.get("replicas") is not None and len(d["replicas"]) != len(dirs):
+                self.problems.append(f"offset {o}: PartitionChangeRecord with {len(dirs)} directories for "
+                                     f"{len(d['replicas'])} replicas")
+                return
+            new_dirs = list(dirs)
+        elif d.get("replicas") is not None:
+            new_dirs = _directories_from(p["replicas"], p["directories"], list(d["replicas"]))
+        else:
+            new_dirs = p["directories"]
+        new["directories"] = _default_to_migrating(new_dirs, len(p["replicas"]))
+        for field_, col in (("isr", "isr"), ("removing_replicas", "removing_replicas"),
+                            ("adding_replicas", "adding_replicas"), ("eligible_leader_replicas", "elr"),
+                            ("last_known_elr", "last_known_elr")):
+            if d.get(field_) is not None:
+                new[col] = list(d[field_])
+        leader = d.get("leader", -2)
+        if leader != -2:
+            new["leader"] = leader
+            new["leader_epoch"] = p["leader_epoch"] + 1
+        lrs = d.get("leader_recovery_state", -1)
+        if lrs != -1:
+            if lrs not in (0, 1):
+                self.problems.append(f"offset {o}: invalid leader recovery state {lrs}")
+                return
+            new["leader_recovery_state"] = lrs
+        new["partition_epoch"] = p["partition_epoch"] + 1
+        self._set("partitions", key, new, o, t)
+
+    def _clear_elr(self, d: Value, o: int, t: int, h: int | None) -> None:
+        topics = self.image.entities["topics"]
+        name = d["topic_name"]
+        if name:
+            ids = [k[0] for k, v in topics.items() if v["name"] == name]
+            if not ids:
+                self.problems.append(f"offset {o}: ClearElr for unknown topic {name}")
+                return
+        else:
+            ids = [k[0] for k in topics]
+        for key, p in list(self.image.entities["partitions"].items()):
+            if key[0] in ids and (p["elr"] or p["last_known_elr"]):
+                self._set("partitions", key, {**p, "elr": [], "last_known_elr": [],
+                                              "partition_epoch": p["partition_epoch"] + 1}, o, t)
+
+    def _remove_topic(self, d: Value, o: int, t: int, h: int | None) -> None:
+        tid = d["topic_id"]
+        topic = self.image.entities["topics"].get((tid,))
+        if topic is None:
+            self.problems.append(f"offset {o}: RemoveTopic of unknown topic {tid}")
+            return
+        for key in sorted(k for k in self.image.entities["partitions"] if k[0] == tid):
+            self._delete("partitions", key, o, t)
+        self._delete("topics", (tid,), o, t)
+        for key in sorted(k for k in self.image.entities["configs"] if k[0] == 2 and k[1] == topic["name"]):
+            self._delete("configs", key, o, t)
+
+    # -- configs, quotas, acls, features, voters --------------------------------------------------------
+    def _config(self, d: Value, o: int, t: int, h: int | None) -> None:
+        key = (d["resource_type"], d["resource_name"], d["name"])
+        if d["value"] is None:
+            self._delete("configs", key, o, t)
+        else:
+            self._set("configs", key, {"value": d["value"]}, o, t)
+
+    def _quota(self, d: Value, o: int, t: int, h: int | None) -> None:
+        key = (quota_entity(d["entity"]), d["key"])
+        if d["remove"]:
+            self._delete("client_quotas", key, o, t)
+        else:
+            self._set("client_quotas", key, {"value": float(d["value"])}, o, t)
+
+    def _acl(self, d: Value, o: int, t: int, h: int | None) -> None:
+        self._set("acls", (d["id"],), {k: d[k] for k in ("resource_type", "resource_name", "pattern_type",
+                                                        "principal", "host", "operation", "permission_type")}, o, t)
+
+    def _remove_acl(self, d: Value, o: int, t: int, h: int | None) -> None:
+        if not self._delete("acls", (d["id"],), o, t):
+            self.problems.append(f"offset {o}: RemoveAccessControlEntry of unknown ACL {d['id']}")
+
+    def _feature(self, d: Value, o: int, t: int, h: int | None) -> None:
+        name, level = d["name"], d["feature_level"]
+        if name == "kraft.version":
+            return  # ignored (KAFKA-18979): the quorum's kraft.version comes from KRaftVersion control records
+        if name == "metadata.version":
+            if str(level) not in self._mv_names:
+                self.problems.append(f"offset {o}: unknown metadata.version level {level}")
+            self._set("features", (name,), {"level": level, "version_name": self._mv_names.get(str(level))}, o, t)
+        elif level == 0:
+            self._delete("features", (name,), o, t)
+        else:
+            self._set("features", (name,), {"level": level, "version_name": None}, o, t)
+
+    def _voters(self, d: Value, o: int, t: int, h: int | None) -> None:
+        new = {(v["voter_id"],): {
+            "directory_id": v["voter_directory_id"],
+            "endpoints": [{"name": e["name"], "host": e["host"], "port": e["port"]}
+                          for e in _sorted_by_name(v["endpoints"])],
+            "kraft_min_version": v["kraft_version_feature"]["min_supported_version"],
+            "kraft_max_version": v["kraft_version_feature"]["max_supported_version"]} for v in d["voters"]}
+        for key in sorted(self.image.entities["voters"].keys() - new.keys()):
+            self._delete("voters", key, o, t)
+        for key, value in sorted(new.items()):
+            self._set("voters", key, value, o, t)
