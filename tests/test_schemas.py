@@ -90,3 +90,11 @@ def test_schemas_ship_inside_the_package() -> None:
 @pytest.mark.parametrize("name", ["enums.json", "config_keys.json"])
 def test_reference_tables_are_valid_json(name: str) -> None:
     assert json.loads((ROOT / "schemas" / name).read_text())
+
+
+def test_every_package_is_listed_for_the_wheel() -> None:
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.relative_to(ROOT).parent.parts) for p in (ROOT / "kraftlog").rglob("__init__.py")}
+    assert found <= listed and "kraftlog._schemas" in listed

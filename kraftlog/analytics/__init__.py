@@ -1,0 +1,1 @@
+"""Operator analytics: event tables and reports on top of the state histories."""
