@@ -27,11 +27,14 @@ test-fast: $(STAMP)
 ## the main job, end to end, on the bundled sample: local Spark, Delta tables under ./warehouse
 run: $(STAMP)
 	$(BIN)/kraftlog ingest samples/scenario-a --warehouse warehouse
+	$(BIN)/kraftlog reconstruct --warehouse warehouse
+	$(BIN)/kraftlog verify --warehouse warehouse --quiet
 
-## decoder rate vs. the framing floor (one core); ingest rate end to end on local[2] (corpus, 10x corpus)
+## decoder rate vs. the framing floor (one core); ingest and history build on local[2] (corpus, 10x corpus)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_decode.py --json out/bench-decode.json
 	$(BIN)/python benchmarks/bench_ingest.py --json out/bench-ingest.json
+	$(BIN)/python benchmarks/bench_history.py --json out/bench-history.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check kraftlog jobs tests benchmarks

@@ -16,52 +16,11 @@ import json
 import os
 import shutil
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _rss_kb(pid: int, field: str = "VmRSS") -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-class WorkerMemory(threading.Thread):
-    """Samples the resident memory of every pyspark worker process (``pyspark.daemon`` and its forks)."""
-
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.peak_kb = 0
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            for d in Path("/proc").iterdir():
-                if d.name.isdigit():
-                    try:
-                        cmd = (d / "cmdline").read_bytes()
-                    except OSError:
-                        continue
-                    if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
-                        self.peak_kb = max(self.peak_kb, _rss_kb(int(d.name)))
-            self.stop.wait(0.1)
-
-
-def _copy(corpus: Path, dest: Path, copies: int) -> Path:
-    for i in range(copies):
-        for repo in sorted(corpus.iterdir()):
-            target = dest / f"copy{i}_{repo.name}"
-            if not target.exists():
-                shutil.copytree(repo, target)
-    return dest
+from common import ROOT, WorkerMemory, copy_corpus, rss_kb
 
 
 def _decoder_rate(inputs: Path) -> tuple[float, int]:
@@ -97,7 +56,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="kraftlog-bench-"))
     results: dict[str, Any] = {"cores": args.cores}
     try:
-        big = _copy(args.corpus, work / f"corpus-x{args.copies}", args.copies)
+        big = copy_corpus(args.corpus, work / f"corpus-x{args.copies}", args.copies)
         rate, _ = _decoder_rate(args.corpus)
         results["decoder_records_per_s_one_core"] = round(rate)
         config = Config.load(spark={"master": f"local[{args.cores}]", "log_level": "ERROR",
@@ -120,8 +79,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "records_per_s": round(r.records_decoded / secs),
                 "records_per_s_per_core": round(r.records_decoded / secs / args.cores),
                 "python_worker_peak_mb": round(sampler.peak_kb / 1024),
-                "driver_python_peak_mb": round(_rss_kb(os.getpid(), "VmHWM") / 1024),
-                "driver_jvm_peak_mb": round(_rss_kb(jvm_pid, "VmHWM") / 1024),
+                "driver_python_peak_mb": round(rss_kb(os.getpid(), "VmHWM") / 1024),
+                "driver_jvm_peak_mb": round(rss_kb(jvm_pid, "VmHWM") / 1024),
                 "files": r.files_ingested, "clean": r.files_clean, "contested": r.files_contested,
             }
         spark.stop()

@@ -80,42 +80,133 @@ def _one_cluster(paths: tuple[Path, ...], cluster: str | None, redact: bool):  #
 _POINT = "an offset, an ISO-8601 time (2026-11-21T03:14:00Z) or ms:<epoch millis>"
 
 
+def _spark_store(warehouse: str | None, conf_file: str | None):  # type: ignore[no-untyped-def]
+    """(session, store, config) for the warehouse of the profile (or ``warehouse``)."""
+    from kraftlog.config import Config
+    from kraftlog.spark.session import build_session
+    from kraftlog.spark.store import open_store
+
+    config = Config.load(conf_file, **({"warehouse": {"path": warehouse}} if warehouse else {}))
+    spark = build_session(config)
+    return spark, open_store(spark, config.warehouse, config.writer), config
+
+
+class _States:
+    """Images of one cluster at points of its log, from data directories or from a warehouse's histories."""
+
+    def __init__(self, paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, cluster: str | None,
+                 redact: bool):
+        self.paths, self.cluster = paths, cluster
+        if warehouse or not paths:
+            if not redact:
+                raise click.ClickException("--no-redact needs data directories: the tables hold redacted values")
+            from kraftlog.spark.history import built_clusters
+
+            _, self.store, _ = _spark_store(warehouse, conf_file)
+            try:
+                known = sorted(built_clusters(self.store))
+            except LookupError as e:
+                raise click.ClickException(str(e)) from e
+            self.cluster_id = _choose(known, cluster)
+        else:
+            self.store = None
+            self.log = _one_cluster(paths, cluster, redact)
+            self.cluster_id = self.log.cluster_id
+
+    def at(self, point: str | None, kinds: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+        offset, ts = parse_point(point)
+        try:
+            if self.store is not None:
+                from kraftlog.spark.history import image_at
+
+                return image_at(self.store, self.cluster_id, offset, ts, kinds or None)
+            from kraftlog.state.local import state_at
+
+            return state_at(self.log, offset, ts)
+        except (LookupError, ValueError) as e:
+            raise click.ClickException(str(e)) from e
+
+
+def _choose(known: list[str], cluster: str | None) -> str:
+    if cluster is not None:
+        hits = [c for c in known if c == cluster] or [c for c in known if c.endswith(":" + cluster)]
+        if len(hits) != 1:
+            raise click.ClickException(f"cluster {cluster!r} not found; known: {', '.join(known)}")
+        return hits[0]
+    if len(known) != 1:
+        raise click.ClickException("several clusters: " + ", ".join(known) + "; choose one with --cluster")
+    return known[0]
+
+
+_SOURCES = [
+    click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path)),
+    click.option("--warehouse", help="Read the entity histories of this warehouse (Spark) instead of PATHS."),
+    click.option("--conf", "conf_file", type=click.Path(exists=True, dir_okay=False), help="TOML profile."),
+    click.option("--cluster", help="Cluster id, when there are several."),
+]
+
+
+def _sources(f):  # type: ignore[no-untyped-def]
+    for decorator in reversed(_SOURCES):
+        f = decorator(f)
+    return f
+
+
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@_sources
 @click.option("--at", "point", help=f"Where in the log: {_POINT}. Default: the end.")
 @click.option("--kind", "kinds", multiple=True, help="Only these entity kinds (brokers, partitions, ...).")
-@click.option("--cluster", help="Cluster id, when the paths hold several.")
-@click.option("--no-redact", is_flag=True, help="Show secrets.")
-def state(paths: tuple[Path, ...], point: str | None, kinds: tuple[str, ...], cluster: str | None,
-          no_redact: bool) -> None:
-    """The cluster state (metadata image) at any offset or time, as JSON, from data directories."""
+@click.option("--no-redact", is_flag=True, help="Show secrets (data directories only).")
+def state(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, cluster: str | None,
+          point: str | None, kinds: tuple[str, ...], no_redact: bool) -> None:
+    """The cluster state (metadata image) at any offset or time, as JSON.
+
+    From data directories (PATHS, no Spark) or from the entity histories of a warehouse (--warehouse,
+    after `kraftlog reconstruct`); both give the same JSON.
+    """
     import json
 
-    from kraftlog.state.local import image_to_json, state_at
+    from kraftlog.state.local import image_to_json
 
-    cl = _one_cluster(paths, cluster, not no_redact)
-    offset, ts = parse_point(point)
-    image = state_at(cl, offset, ts)
-    doc = {"cluster_id": cl.cluster_id, **image_to_json(image, kinds or None)}
+    src = _States(paths, warehouse, conf_file, cluster, not no_redact)
+    doc = {"cluster_id": src.cluster_id, **image_to_json(src.at(point, kinds), kinds or None)}
     click.echo(json.dumps(doc, indent=1, default=str))
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@_sources
 @click.option("--from", "start", required=True, help=f"The earlier point: {_POINT}.")
 @click.option("--to", "end", help=f"The later point: {_POINT}. Default: the end.")
 @click.option("--kind", "kinds", multiple=True, help="Only these entity kinds.")
-@click.option("--cluster", help="Cluster id, when the paths hold several.")
-def diff(paths: tuple[Path, ...], start: str, end: str | None, kinds: tuple[str, ...], cluster: str | None) -> None:
+def diff(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, cluster: str | None, start: str,
+         end: str | None, kinds: tuple[str, ...]) -> None:
     """What changed between two points of the log: one JSON object per changed field."""
     import json
 
-    from kraftlog.state.local import diff_images, diff_to_json, state_at
+    from kraftlog.state.local import diff_images, diff_to_json
 
-    cl = _one_cluster(paths, cluster, True)
-    a, b = state_at(cl, *parse_point(start)), state_at(cl, *parse_point(end))
+    src = _States(paths, warehouse, conf_file, cluster, True)
+    a, b = src.at(start, kinds), src.at(end, kinds)
     for row in diff_to_json(diff_images(a, b, kinds or None)):
         click.echo(json.dumps(row, default=str))
+
+
+@main.command()
+@click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse).")
+@click.option("--conf", "conf_file", type=click.Path(exists=True, dir_okay=False), help="TOML profile.")
+@click.option("--cluster", "clusters", multiple=True, help="Only these clusters (default: all).")
+def reconstruct(warehouse: str | None, conf_file: str | None, clusters: tuple[str, ...]) -> None:
+    """Build the entity histories (<kind>_history tables) from the landed tables.
+
+    Each history table is replaced in one commit. Run after `kraftlog ingest`.
+    """
+    import logging
+
+    from kraftlog.spark.history import reconstruct as run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    spark, store, config = _spark_store(warehouse, conf_file)
+    click.echo(run(spark, config, store, list(clusters) or None).line())
 
 
 @main.command()
@@ -130,12 +221,10 @@ def verify(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None
     0 only when nothing differs (like fsck); 1 when something does.
     """
     if warehouse or not paths:
-        from kraftlog.config import Config
         from kraftlog.spark.history import verify_tables
-        from kraftlog.spark.session import build_session
 
-        config = Config.load(conf_file, **({"warehouse": {"path": warehouse}} if warehouse else {}))
-        report = verify_tables(build_session(config), config)
+        spark, store, config = _spark_store(warehouse, conf_file)
+        report = verify_tables(spark, config, store)
     else:
         from kraftlog.state.local import load_clusters
         from kraftlog.state.local import verify as verify_cluster
@@ -162,18 +251,18 @@ def verify(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@_sources
 @click.option("--at", "point", help=f"Where in the log: {_POINT}. Default: the end.")
 @click.option("--path", "node", default="/image", show_default=True, help="Subtree to print.")
-@click.option("--cluster", help="Cluster id, when the paths hold several.")
-@click.option("--no-redact", is_flag=True, help="Show config secrets (as kafka-metadata-shell does).")
-def shell(paths: tuple[Path, ...], point: str | None, node: str, cluster: str | None, no_redact: bool) -> None:
+@click.option("--no-redact", is_flag=True, help="Show config secrets, as kafka-metadata-shell does (data directories "
+              "only).")
+def shell(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, cluster: str | None,
+          point: str | None, node: str, no_redact: bool) -> None:
     """kafka-metadata-shell's tree of the image, at any offset or time (not only at a snapshot)."""
-    from kraftlog.state.local import state_at
     from kraftlog.state.shell import image_tree, render
 
-    cl = _one_cluster(paths, cluster, not no_redact)
-    tree: object = {"image": image_tree(state_at(cl, *parse_point(point)))}
+    src = _States(paths, warehouse, conf_file, cluster, not no_redact)
+    tree: object = {"image": image_tree(src.at(point))}
     for part in [p for p in node.split("/") if p]:
         if not isinstance(tree, dict) or part not in tree:
             raise click.ClickException(f"{node}: no such node")

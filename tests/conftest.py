@@ -60,3 +60,13 @@ def spark():  # type: ignore[no-untyped-def]
 
 
 SAMPLE = ROOT / "samples" / "scenario-a"
+
+
+@pytest.fixture(scope="session")
+def sample_warehouse(spark, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The bundled sample (scenario A) ingested once into a warehouse: (path, IngestResult)."""
+    from kraftlog.config import Config
+    from kraftlog.spark.ingest import ingest
+
+    wh = tmp_path_factory.mktemp("sample-wh")
+    return wh, ingest(spark, [str(SAMPLE)], Config.load(warehouse={"path": str(wh)}))

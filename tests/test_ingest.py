@@ -63,9 +63,8 @@ def _expected_records(root: Path, cluster_of: Any) -> dict[tuple[Any, ...], tupl
 
 
 @pytest.fixture(scope="module")
-def scenario(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, IngestResult]:
-    wh = tmp_path_factory.mktemp("scenario-wh")
-    return wh, _run(spark, [SAMPLE], wh)
+def scenario(sample_warehouse: tuple[Path, IngestResult]) -> tuple[Path, IngestResult]:
+    return sample_warehouse
 
 
 def test_three_controllers_and_three_brokers_give_one_canonical_row_per_offset(scenario: Any) -> None:

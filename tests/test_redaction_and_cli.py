@@ -13,7 +13,7 @@ from kraftlog.schema.registry import load_schemas
 from kraftlog.wire.dump import DUMP_KEYS
 from kraftlog.wire.files import parse_meta_properties, parse_quorum_state, read_log
 from kraftlog.wire.kafka_json import payload
-from kraftlog.wire.redact import REDACTED, default_redactor
+from kraftlog.wire.redact import REDACTED, default_redactor, fingerprint
 
 S = load_schemas()
 
@@ -98,3 +98,18 @@ def test_side_files(scenario_a: Path) -> None:
     assert qs["leader_epoch"] >= 1 and "data_version" in qs
     v0 = parse_meta_properties("#comment\nversion=0\nbroker.id=7\ncluster.id=abc\n")
     assert (v0.node_id, v0.cluster_id, v0.version) == (7, "abc", 0)
+
+
+def test_delegation_token_ids_are_replaced_by_a_fingerprint() -> None:
+    fields = {"owner": "User:a", "requester": "User:a", "renewers": [], "issue_timestamp": 1, "max_timestamp": 2,
+              "expiration_timestamp": 2}
+    out = []
+    for token in ("secret-token-1", "secret-token-2"):
+        raw = metadata_value(S.metadata[10], {**fields, "token_id": token}, 0)
+        (_, r), = read_log(batch(0, [record(0, raw)])).records()
+        red = default_redactor()(r.decoded)
+        assert red.redacted == ("token_id",) and red.data["token_id"] == fingerprint(token)
+        doc = payload(red)
+        assert doc is not None and doc["tokenId"] == fingerprint(token) and token not in str(doc)
+        out.append(red.data["token_id"])
+    assert out[0] != out[1]  # two tokens stay two entities in the histories

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
 import sys
+from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
@@ -23,3 +26,18 @@ def build_session(config: Config) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(spark_conf.get("log_level", "WARN"))
     return spark
+
+
+def job_arguments(description: str, argv: list[str] | None = None,
+                  extra: Callable[[argparse.ArgumentParser], None] | None = None
+                  ) -> tuple[argparse.Namespace, Config, SparkSession]:
+    """The common arguments of the spark-submit jobs (``--conf``, ``--warehouse``), the config and the session."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--conf", help="TOML profile (conf/local.toml, conf/cluster.toml)")
+    ap.add_argument("--warehouse", help="where the Delta tables live (overrides the profile)")
+    if extra is not None:
+        extra(ap)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    config = Config.load(args.conf, **({"warehouse": {"path": args.warehouse}} if args.warehouse else {}))
+    return args, config, build_session(config)

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.tables.definitions import TableDef, catalog
@@ -211,6 +212,8 @@ class TableStore(Protocol):
     def stage(self, df: DataFrame, tables: list[TableDef], router: Router, run_id: str) -> list[StagedFile]: ...
     def stage_small(self, table: TableDef, data: pa.Table, run_id: str) -> list[StagedFile]: ...
     def commit(self, manifest: Manifest) -> None: ...
+    def replace(self, frames: list[tuple[TableDef, DataFrame]], build_id: str, where: str | None = None
+                ) -> dict[str, int]: ...
     def recover(self) -> list[Manifest]: ...
     def discard_staging(self, run_id: str) -> None: ...
 
@@ -249,6 +252,38 @@ class _Base:
             return []
         root, prefix = self._stage_root(table, run_id)
         return [write_parquet(table.name, root, data.cast(table.schema), prefix)]
+
+    def replace(self, frames: list[tuple[TableDef, DataFrame]], build_id: str, where: str | None = None
+                ) -> dict[str, int]:
+        """Replace derived tables (histories, events) with the rows of their DataFrames; row counts by table.
+
+        One Spark job computes every frame and executors write the files; then each table gets one
+        commit that swaps its contents, so a reader sees the previous build or this one, never a mix
+        (a build killed before its commits leaves only unreferenced files, removed by VACUUM). With
+        ``where`` (a SQL predicate, e.g. on cluster_id) only the rows matching it are replaced.
+        """
+        tables = [t for t, _ in frames]
+        for t in tables:
+            self.ensure(t)
+        structs = {t.name: spark_schema(t) for t in tables}
+        combined = None
+        for t, df in frames:
+            part = df.select(F.lit(t.name).alias("_table"), *[
+                (F.struct(*t.columns) if other == t.name else F.lit(None).cast(st)).alias(other)
+                for other, st in structs.items()])
+            combined = part if combined is None else combined.unionByName(part)
+        assert combined is not None
+        combined = combined.coalesce(max(1, self.spark.sparkContext.defaultParallelism))
+        files = self.stage(combined, tables, _split([t.name for t in tables]), build_id)
+        for t in tables:
+            self._overwrite(t, [f for f in files if f.table == t.name], build_id, where)
+        return {t.name: sum(f.num_records for f in files if f.table == t.name) for t in tables}
+
+    def ensure(self, table: TableDef) -> None:
+        raise NotImplementedError
+
+    def _overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None) -> None:
+        raise NotImplementedError
 
     # -- manifests ------------------------------------------------------------------------------------
     def _pending_dir(self) -> str:
@@ -362,6 +397,26 @@ class DeltaRsStore(_Base):
             self.after_commit(table.name)
 
 
+    def _overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None) -> None:
+        from deltalake import CommitProperties, DeltaTable
+        from deltalake.transaction import AddAction, RemoveAction
+
+        dt = DeltaTable(self.path(table))
+        meta = CommitProperties(custom_metadata={"kraftlog.build": build_id})
+        actions: list[AddAction | RemoveAction] = [
+            AddAction(f.path, f.size, {}, f.modification_time, True, f.stats) for f in files]
+        if where is None:
+            dt.create_write_transaction(actions, mode="overwrite", schema=table.schema,
+                                        partition_by=list(table.partition_by) or None, commit_properties=meta)
+        else:  # delta-rs commits a predicate delete and an append separately
+            dt.delete(where, commit_properties=meta)
+            if actions:
+                dt.create_write_transaction(actions, mode="append", schema=table.schema,
+                                            partition_by=list(table.partition_by) or None, commit_properties=meta)
+        if self.after_commit:
+            self.after_commit(table.name)
+
+
 class DeltaSparkStore(_Base):
     """Delta tables through the delta-spark jar (``format("delta")``)."""
 
@@ -402,6 +457,34 @@ class DeltaSparkStore(_Base):
          .option("userMetadata", json.dumps({"kraftlog.run_id": m.run_id})).save(self.path(table)))
         if self.after_commit:
             self.after_commit(table.name)
+
+
+    def _overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None) -> None:
+        uris = [f.root.rstrip("/") + "/" + f.path for f in files]
+        df = (self.spark.read.schema(spark_schema(table)).parquet(*uris) if uris
+              else self.spark.createDataFrame([], spark_schema(table)))
+        writer = df.write.format("delta").mode("overwrite").option("userMetadata",
+                                                                     json.dumps({"kraftlog.build": build_id}))
+        if where is not None:
+            writer = writer.option("replaceWhere", where)
+        writer.save(self.path(table))
+        self.discard_staging(build_id)
+        if self.after_commit:
+            self.after_commit(table.name)
+
+
+def _split(names: list[str]) -> Router:
+    """A router for ``replace``'s combined rows: each row to the table its ``_table`` column names."""
+    def route(batch: pa.RecordBatch) -> dict[str, pa.Table]:
+        which = batch.column("_table")
+        out = {}
+        for name in names:
+            mask = pc.equal(which, name)
+            if pc.any(mask).as_py():
+                rows = batch.filter(mask).column(name)
+                out[name] = pa.Table.from_batches([pa.RecordBatch.from_struct_array(rows)])
+        return out
+    return route
 
 
 def _sql_str(text: str) -> str:

@@ -164,3 +164,25 @@ BY_NAME = {k.name: k for k in KINDS}
 def history_tables() -> dict[str, TableDef]:
     """History table definitions by entity kind name."""
     return {k.name: k.history_table() for k in KINDS}
+
+
+@functools.cache
+def replay_ranges_table() -> TableDef:
+    """Per cluster: where its histories start and end, and what replay could not apply."""
+    schema = pa.schema([
+        col("cluster_id", pa.string(), "Cluster", nullable=False),
+        col("base_snapshot_id", pa.string(), "Snapshot the histories start from (null: from offset 0)"),
+        col("base_offset", pa.int64(), "Offset that snapshot holds state as of"),
+        col("base_timestamp", TS, "last_contained_log_timestamp of that snapshot"),
+        col("first_offset", pa.int64(), "First log offset applied"),
+        col("last_offset", pa.int64(), "Last log offset applied: state is known from base_offset (or 0) to here"),
+        col("last_timestamp", TS, "Timestamp of the last log record"),
+        col("open_transaction_offset", pa.int64(), "BeginTransaction still open at the end of the log (its "
+            "records are not applied)"),
+        col("transaction_problems", pa.int64(), "Nested BeginTransaction, or End/Abort without Begin"),
+        col("problems", pa.list_(pa.string()), "What replay could not do (a gap no snapshot bridges, ...)"),
+        col("build_id", pa.string(), "The history build that wrote this row"),
+        col("built_at", TS, "When"),
+    ])
+    return TableDef("replay_ranges", schema, "Per cluster: the offsets the entity histories cover and the "
+                    "problems of replay.", ("cluster_id",), (), "history")

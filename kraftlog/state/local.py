@@ -15,33 +15,30 @@ snapshot: the earliest snapshot at or after the start of the log's last gap-free
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kraftlog.state.bases import Base, SnapshotRef, choose_base, run_start, snapshot_reach
 from kraftlog.state.entities import KINDS
 from kraftlog.state.replay import Change, Event, Image, Replayer
-from kraftlog.tables.rows import value_hash
+from kraftlog.tables.rows import CORRUPT_BATCH, value_hash
 from kraftlog.wire.discover import DataDir, scan
 from kraftlog.wire.files import BOOTSTRAP, SEGMENT, parse_meta_properties, read_file
 from kraftlog.wire.messages import Decoded
 from kraftlog.wire.redact import Redactor, default_redactor
 
 
-@dataclass
-class Snapshot:
-    """A snapshot: state as of ``offset`` (= endOffset - 1)."""
+@dataclass(frozen=True, eq=False)
+class Snapshot(SnapshotRef):
+    """A snapshot file's contents: state as of ``offset`` (= endOffset - 1)."""
 
-    snapshot_id: str
-    offset: int
-    epoch: int
-    timestamp: int
-    events: list[Event]
-    node_id: int | None
-    path: str
+    events: list[Event] = field(default_factory=list)
+    node_id: int | None = None
+    path: str = ""
 
 
 @dataclass
@@ -58,28 +55,19 @@ class ClusterLog:
     def offsets(self) -> list[int]:
         return sorted(self.log)
 
-    def base(self) -> tuple[Snapshot | None, int]:
-        """(base snapshot or None, first log offset to apply after it)."""
+    def base(self) -> Base:
+        """Where replay starts (``kraftlog.state.bases``); a problem is recorded once."""
         offsets = self.offsets
-        if not offsets:
-            latest = max(self.snapshots.values(), key=lambda s: s.offset, default=None)
-            return latest, (latest.offset + 1 if latest else 0)
-        start = offsets[0]
-        for a, b in itertools.pairwise(offsets):
-            if b != a + 1:
-                start = b  # the last gap-free run starts here
-        if start == 0:
-            return None, 0
-        bridging = [s for s in self.snapshots.values() if start - 1 <= s.offset <= offsets[-1]]
-        if not bridging:
-            older = [s for s in self.snapshots.values() if s.offset < start - 1]
-            self.problems.append(f"the log starts at offset {start} and no snapshot bridges the gap"
-                                 + (f"; state before {start} is unknown" if not older else
-                                    f"; starting from snapshot {max(older, key=lambda s: s.offset).snapshot_id}"))
-            base = max(older, key=lambda s: s.offset) if older else None
-            return base, start
-        base = min(bridging, key=lambda s: s.offset)
-        return base, base.offset + 1
+        base = choose_base(run_start(offsets), offsets[-1] if offsets else None, self.snapshots.values(),
+                           self.log_epochs)
+        if base.problem and base.problem not in self.problems:
+            self.problems.append(base.problem)
+        return base
+
+    @property
+    def log_epochs(self) -> dict[int, int]:
+        """Batch epoch of the log at each snapshot's offset."""
+        return {s.offset: self.log[s.offset].epoch for s in self.snapshots.values() if s.offset in self.log}
 
     def timestamp_offset(self, ts_ms: int) -> int:
         """The last log offset whose record timestamp is at or before ``ts_ms`` (-1 if none)."""
@@ -96,6 +84,8 @@ def _events(path: str, redactor: Redactor) -> tuple[list[tuple[Event, bool]], li
     for b, r in read.records():
         d: Decoded = r.decoded  # type: ignore[assignment]
         ok = b.crc_valid and not b.errors
+        if not ok:  # kept, but never trusted by replay (as in the records table)
+            d = dataclasses.replace(d, status=CORRUPT_BATCH)
         out.append((Event(r.offset, r.timestamp, b.partition_leader_epoch, redactor(d) if d.data else d,
                           value_hash(r.key, r.value)), ok))
     return out, [e.describe() for e in read.errors]
@@ -147,17 +137,19 @@ def replay(cl: ClusterLog, upto: float = math.inf, on_change: Callable[[Change],
            at_offsets: Iterable[int] = (), on_offset: Callable[[int, Image], None] | None = None) -> Replayer:
     """Replay ``cl`` up to offset ``upto`` (inclusive); ``on_offset`` sees the image after each of ``at_offsets``."""
     r = Replayer(on_change)
-    base, first = cl.base()
-    if base is not None:
-        r.load_snapshot(base.events, base.offset, base.timestamp)
+    base = cl.base()
+    snap = base.snapshot
+    if snap is not None:
+        assert isinstance(snap, Snapshot)
+        r.load_snapshot(snap.events, snap.offset, snap.timestamp)
     marks = sorted(set(at_offsets))
     mi = 0
-    while mi < len(marks) and base is not None and marks[mi] <= base.offset:
-        if on_offset is not None and marks[mi] == base.offset:
+    while mi < len(marks) and marks[mi] < base.first:
+        if on_offset is not None and marks[mi] == base.first - 1:
             on_offset(marks[mi], r.image)
         mi += 1
     for o in cl.offsets:
-        if o < first:
+        if o < base.first:
             continue
         if o > upto:
             break
@@ -174,6 +166,12 @@ def state_at(cl: ClusterLog, offset: int | None = None, timestamp_ms: int | None
     """The image as of a log offset (inclusive), or of a time; the end of the log by default."""
     if timestamp_ms is not None:
         offset = cl.timestamp_offset(timestamp_ms)
+    base = cl.base()
+    floor = base.snapshot.offset if base.snapshot is not None else base.first - 1
+    if offset is not None and offset < floor:
+        raise ValueError(f"the state of {cl.cluster_id} is known from offset {floor} on (replay starts at "
+                         f"{base.snapshot.snapshot_id if base.snapshot else 'offset ' + str(base.first)}), "
+                         f"not at {offset}")
     return replay(cl, math.inf if offset is None else offset).image
 
 
@@ -233,22 +231,17 @@ def snapshot_image(s: Snapshot, previous: Image | None = None) -> Image:
 
 def verify(cl: ClusterLog) -> list[SnapshotCheck]:
     """Replayed state vs. each snapshot's contents, at every snapshot the log reaches."""
-    base, first = cl.base()
-    offsets = set(cl.offsets)
+    base = cl.base()
+    offsets = cl.offsets
+    last = offsets[-1] if offsets else None
+    epochs = cl.log_epochs
     checks: list[SnapshotCheck] = []
     reachable: dict[int, list[Snapshot]] = {}
     for s in sorted(cl.snapshots.values(), key=lambda s: (s.offset, s.snapshot_id)):
-        start = base.offset if base is not None else -1
-        ok = s is not base and s.offset >= start and all(o in offsets for o in range(first, s.offset + 1))
-        if ok and s.offset >= 0 and cl.log[s.offset].epoch != s.epoch:
-            # a snapshot is (endOffset, epoch): this one belongs to another history of this log directory
-            checks.append(SnapshotCheck(s.snapshot_id, s.offset, s.node_id, False, [],
-                                        f"another history: the log has epoch {cl.log[s.offset].epoch} at offset "
-                                        f"{s.offset}, the snapshot epoch {s.epoch}"))
-        elif ok:
+        ok, note = snapshot_reach(s, base, last, epochs)
+        if ok:
             reachable.setdefault(s.offset, []).append(s)
         else:
-            note = "the base snapshot" if s is base else "not reachable from the available log"
             checks.append(SnapshotCheck(s.snapshot_id, s.offset, s.node_id, False, [], note))
 
     def compare(offset: int, image: Image) -> None:

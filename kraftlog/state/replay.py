@@ -67,6 +67,11 @@ class Image:
         return Image({k: dict(v) for k, v in self.entities.items()}, self.offset, self.timestamp)
 
 
+def _is_control(d: Decoded) -> bool:
+    """KRaft control records (voters, kraft.version) belong to the Raft layer, not to metadata transactions."""
+    return d.spec is not None and d.spec.kind == "control"
+
+
 def _sorted_by_name(items: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     return sorted(items or [], key=lambda e: e["name"])
 
@@ -84,7 +89,7 @@ def _features(items: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
 def quota_entity(parts: list[dict[str, Any]]) -> str:
     """A client-quota entity as canonical JSON: [[type, name], ...] sorted by type (name null = default)."""
     return json.dumps(sorted([[p["entity_type"], p["entity_name"]] for p in parts], key=lambda x: x[0]),
-                      separators=(",", ":"))
+                      separators=(",", ":"), ensure_ascii=False)
 
 
 def _default_to_migrating(directories: list[str] | None, n: int) -> list[str]:
@@ -189,7 +194,7 @@ class Replayer:
             if self._txn is None:
                 self.problems.append(f"offset {ev.offset}: AbortTransaction without BeginTransaction")
             self._txn, self._txn_begin = None, None
-        elif self._txn is not None:
+        elif self._txn is not None and not _is_control(d):
             self._txn.append(ev)
         else:
             self._apply(ev, ev.offset, ev.timestamp)
@@ -326,9 +331,10 @@ class Replayer:
             new["replicas"] = list(d["replicas"])
         dirs = d.get("directories")
         if dirs:
-            if d.get("replicas") is not None and len(d["replicas"]) != len(dirs):
+            n = len(d["replicas"]) if d.get("replicas") is not None else len(p["replicas"])
+            if n != len(dirs):  # checkDirectories, or the PartitionRegistration constructor
                 self.problems.append(f"offset {o}: PartitionChangeRecord with {len(dirs)} directories for "
-                                     f"{len(d['replicas'])} replicas")
+                                     f"{n} replicas")
                 return
             new_dirs = list(dirs)
         elif d.get("replicas") is not None:

@@ -74,8 +74,8 @@ def struct_to_json(spec: MessageSpec, struct: StructSpec, version: int, data: di
         if not f.present_in(version) or f.column not in data:
             continue
         value = data[f.column]
-        if f.column in redacted:
-            out[f.json_name] = REDACTED
+        if f.column in redacted:  # a redacted identifier keeps its fingerprint
+            out[f.json_name] = value if isinstance(value, str) else REDACTED
             continue
         if f.tagged_in(version) and value == f.default():
             continue

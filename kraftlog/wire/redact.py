@@ -8,7 +8,11 @@ Rules (FACTS e; Kafka's ``RecordRedactor`` and ``KafkaConfigSchema.isSensitive``
   to be safe** for its resource type (``schemas/config_keys.json``): unknown keys, per-listener
   prefixed keys and unknown resource types are redacted, as Kafka's own log redaction does.
 
-A redacted string becomes ``"(redacted)"``, a redacted bytes value ``None``; ``Decoded.redacted``
+A redacted config value becomes ``"(redacted)"`` and a redacted bytes value ``None``. A redacted
+identifier (a delegation token id) becomes ``"(redacted:<fingerprint>)"``, 64 bits of BLAKE2b: tokens
+stay distinguishable in histories while the id, which with ``delegation.token.secret.key`` yields
+the token's HMAC, is not disclosed (token ids are random UUIDs, so the fingerprint cannot be
+inverted; config values can be guessable passwords and get no fingerprint). ``Decoded.redacted``
 names the redacted columns so that no consumer mistakes a redaction for a real null.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 from typing import Any
 
 from kraftlog.schema.model import FieldSpec, MessageSpec, column_name
@@ -23,6 +28,11 @@ from kraftlog.schema.registry import SchemaSet, load_schemas
 from kraftlog.wire.messages import Decoded
 
 REDACTED = "(redacted)"
+
+
+def fingerprint(value: str) -> str:
+    """The redacted form of a secret identifier: ``(redacted:<16 hex digits>)``."""
+    return f"(redacted:{hashlib.blake2b(value.encode(), digest_size=8).hexdigest()})"
 
 
 class ConfigSensitivity:
@@ -67,7 +77,7 @@ class Redactor:
         redacted: list[str] = []
         for f in fields or ():
             if f.column in data and data[f.column] is not None:
-                data[f.column] = None if f.type == "bytes" else REDACTED
+                data[f.column] = None if f.type == "bytes" else fingerprint(str(data[f.column]))
                 redacted.append(f.column)
         if config is not None:
             value_col, type_col, name_col = config

@@ -1,0 +1,331 @@
+"""Entity histories on the landed tables: build, state at any offset or time, diffs, verification.
+
+``build_histories`` turns the ``records`` and typed tables into one history DataFrame per entity
+kind (``kraftlog.state.entities``), in Spark (``replay`` + ``entity_states``); ``reconstruct`` writes
+them as Delta tables ``<kind>_history`` plus ``replay_ranges``, each replaced in one commit.
+
+Queries read the history tables: ``state_at`` (the versions valid at an offset), ``offset_at`` (the
+offset of a time), ``diff`` and ``verify_tables`` (the histories at every reachable snapshot
+against the snapshot's own contents, which are built as pseudo-clusters ``<cluster>@<snapshot>``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kraftlog.config import Config
+from kraftlog.schema.registry import load_schemas
+from kraftlog.spark.entity_states import Inputs, states, versions
+from kraftlog.spark.replay import Applied, ClusterBase, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
+from kraftlog.spark.store import TableStore, open_store, spark_schema
+from kraftlog.state.entities import BY_NAME, KINDS, history_tables, replay_ranges_table
+from kraftlog.state.local import Difference, SnapshotCheck
+from kraftlog.state.replay import Image
+from kraftlog.tables.definitions import catalog
+
+log = logging.getLogger("kraftlog")
+
+History = dict[str, DataFrame]  # entity kind -> history rows
+
+
+@dataclass
+class HistoryBuild:
+    """The histories of a set of clusters (lazy DataFrames) and how each replay was based."""
+
+    bases: list[ClusterBase]
+    histories: History
+    inputs: Inputs
+
+    def ranges(self, build_id: str) -> pa.Table:
+        """The ``replay_ranges`` rows."""
+        rows = []
+        now = datetime.now(UTC)
+        for b in self.bases:
+            snap = b.base.snapshot
+            still_open = [t.begin for t in b.transactions if t.close is None]
+            rows.append({
+                "cluster_id": b.cluster_id, "base_snapshot_id": snap.snapshot_id if snap else None,
+                "base_offset": snap.offset if snap else None,
+                "base_timestamp": datetime.fromtimestamp(snap.timestamp / 1000, UTC) if snap else None,
+                "first_offset": b.base.first if b.last is not None else None, "last_offset": b.last,
+                "last_timestamp": b.last_ts, "open_transaction_offset": still_open[0] if still_open else None,
+                "transaction_problems": sum(1 for p in b.problems if "Transaction" in p),
+                "problems": b.problems, "build_id": build_id, "built_at": now})
+        return pa.Table.from_pylist(rows, schema=replay_ranges_table().schema)
+
+    def release(self) -> None:
+        """Drop what the build cached."""
+        self.inputs.release()
+
+
+def build_histories(spark: SparkSession, table: TableSource, clusters: list[str] | None = None,
+                    snapshots: bool = False) -> HistoryBuild:
+    """Histories of every cluster (or of ``clusters``); with ``snapshots``, also of each reachable snapshot."""
+    bases = cluster_bases(table, clusters)
+    every = bases + (snapshot_bases(bases) if snapshots else [])
+    inputs = Inputs(Applied(spark, table, every), load_schemas().enums)
+    histories = {k.name: versions(states(inputs, k.name), k.name) for k in KINDS}
+    return HistoryBuild(every, histories, inputs)
+
+
+def landed(store: TableStore) -> TableSource:
+    """The landed tables of a store, by name."""
+    cat = catalog()
+    return lambda name: store.read(cat[name])
+
+
+@dataclass
+class ReconstructResult:
+    build_id: str
+    clusters: int
+    rows: dict[str, int]
+    seconds: float
+
+    def line(self) -> str:
+        total = sum(self.rows.values())
+        parts = ", ".join(f"{k} {v}" for k, v in self.rows.items() if v)
+        return (f"build {self.build_id}: {self.clusters} cluster(s), {total} history rows in "
+                f"{self.seconds:.1f}s ({parts})")
+
+
+def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = None,
+                clusters: list[str] | None = None) -> ReconstructResult:
+    """Build every entity history from the landed tables and replace the history tables with it."""
+    t0 = time.time()
+    store = store or open_store(spark, config.warehouse, config.writer)
+    build_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    build = build_histories(spark, landed(store), clusters)
+    try:
+        tables = history_tables()
+        ranges = replay_ranges_table()
+        frames = [(tables[kind], df) for kind, df in build.histories.items()]
+        frames.append((ranges, spark.createDataFrame(build.ranges(build_id), spark_schema(ranges))))
+        where = None if clusters is None else "cluster_id IN (" + ", ".join(_sql(c) for c in clusters) + ")"
+        rows = store.replace(frames, build_id, where)
+    finally:
+        build.release()
+    for name, n in rows.items():
+        log.info("%s: %d rows", name, n)
+    return ReconstructResult(build_id, len(build.bases), rows, time.time() - t0)
+
+
+def _sql(text: str) -> str:
+    """A cluster id as a SQL string literal (ids with quotes or backslashes are refused, not escaped:
+    delta-rs and Spark SQL escape them differently)."""
+    if "'" in text or "\\" in text:
+        raise ValueError(f"cluster id {text!r}: quotes and backslashes are not supported in --cluster")
+    return f"'{text}'"
+
+
+def read_histories(store: TableStore) -> History:
+    """The history tables of a store."""
+    return {kind: store.read(t) for kind, t in history_tables().items()}
+
+
+# -- queries ----------------------------------------------------------------------------------------------
+
+def state_at(histories: History, cluster_id: str, offset: int, kinds: Iterable[str] | None = None) -> History:
+    """The versions of every entity valid at ``offset`` (inclusive) of one cluster."""
+    wanted = set(kinds) if kinds is not None else set(histories)
+    return {k: df.filter((F.col("cluster_id") == cluster_id) & (F.col("valid_from_offset") <= offset)
+                         & (F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > offset)))
+            for k, df in histories.items() if k in wanted}
+
+
+def offset_at(records: DataFrame, cluster_id: str, timestamp_ms: int) -> int:
+    """The last log offset whose record time is at or before ``timestamp_ms`` (-1 if none)."""
+    row = (records.filter((F.col("cluster_id") == cluster_id) & (F.col("source") == "log")
+                          & (F.col("timestamp") <= F.timestamp_millis(F.lit(timestamp_ms))))
+           .agg(F.max("log_offset").alias("o")).first())
+    return -1 if row is None or row["o"] is None else int(row["o"])
+
+
+def to_image(state: History, offset: int = -1, timestamp_ms: int = 0) -> Image:
+    """Collect a (small) state to the driver as an ``Image`` (for JSON output and comparisons)."""
+    image = Image(offset=offset, timestamp=timestamp_ms)
+    for kind, df in state.items():
+        k = BY_NAME[kind]
+        for r in df.collect():
+            d = r.asDict(recursive=True)
+            image.entities[kind][tuple(d[c] for c in k.key_names)] = {c: d[c] for c in k.value_names}
+    return image
+
+
+def built_clusters(store: TableStore) -> dict[str, dict[str, Any]]:
+    """The ``replay_ranges`` rows of the last history build, by cluster."""
+    ranges = replay_ranges_table()
+    try:
+        rows = store.read(ranges).select(*ranges.columns, F.unix_millis("base_timestamp").alias("base_ms")).collect()
+    except Exception as e:  # no build yet
+        raise LookupError(f"no entity histories under {store.warehouse}: run `kraftlog reconstruct` first") from e
+    return {r["cluster_id"]: r.asDict() for r in rows}
+
+
+def image_at(store: TableStore, cluster_id: str, offset: int | None = None, timestamp_ms: int | None = None,
+             kinds: Iterable[str] | None = None) -> Image:
+    """The state of one cluster at an offset (inclusive) or a time, from the history tables."""
+    ranges = built_clusters(store)
+    if cluster_id not in ranges:
+        raise LookupError(f"cluster {cluster_id!r} has no histories; built: {', '.join(sorted(ranges)) or 'none'}")
+    r = ranges[cluster_id]
+    records = store.read(catalog()["records"])
+    if timestamp_ms is not None:
+        offset = offset_at(records, cluster_id, timestamp_ms)
+    last = r["last_offset"] if r["last_offset"] is not None else r["base_offset"]
+    offset = last if offset is None else min(offset, last)
+    floor = r["base_offset"] if r["base_snapshot_id"] is not None else (r["first_offset"] or 0) - 1
+    if offset < floor:
+        raise ValueError(f"the state of {cluster_id} is known from offset {floor} on (the histories start at "
+                         f"{r['base_snapshot_id'] or 'offset 0'}), not at {offset}")
+    at = (records.filter((F.col("cluster_id") == cluster_id) & (F.col("source") == "log")
+                         & (F.col("log_offset") == offset)).select(F.unix_millis("timestamp").alias("ms")).first())
+    ts = at["ms"] if at is not None else (r["base_ms"] or 0)
+    return to_image(state_at(read_histories(store), cluster_id, offset, kinds), offset, ts)
+
+
+def diff(histories: History, cluster_id: str, a: int, b: int, kinds: Iterable[str] | None = None) -> DataFrame:
+    """What changed between offsets ``a`` and ``b``: one row per changed field.
+
+    Columns: kind, key (JSON), field, before, after (values as text, lists and structs as JSON;
+    field ``<entity>`` with present/null where an entity exists on one side only).
+    """
+    rows = None
+    for kind, df in differing(state_at(histories, cluster_id, a, kinds), state_at(histories, cluster_id, b, kinds)
+                              ).items():
+        k = BY_NAME[kind]
+        nested = {f.name for f in df.schema["_l"].dataType.fields  # type: ignore[attr-defined]
+                  if f.dataType.typeName() in ("array", "struct", "map")}
+
+        def text(side: str, f: str, nested: set[str] = nested) -> Any:
+            c = F.col(f"{side}.{f}")
+            return F.to_json(c) if f in nested else c.cast("string")
+
+        changes = [F.struct(F.lit("<entity>").alias("field"),
+                            F.when(F.col("_l").isNotNull(), F.lit("present")).alias("before"),
+                            F.when(F.col("_r").isNotNull(), F.lit("present")).alias("after"),
+                            (F.col("_l").isNull() | F.col("_r").isNull()).alias("differs"))]
+        changes += [F.struct(F.lit(f).alias("field"), text("_l", f).alias("before"), text("_r", f).alias("after"),
+                             (F.col("_l").isNotNull() & F.col("_r").isNotNull()
+                              & ~F.col(f"_l.{f}").eqNullSafe(F.col(f"_r.{f}"))).alias("differs"))
+                    for f in k.value_names]
+        part = (df.select(F.lit(kind).alias("kind"), F.to_json(F.struct(*k.key_names)).alias("key"),
+                          F.explode(F.array(*changes)).alias("c"))
+                .filter("c.differs").select("kind", "key", "c.field", "c.before", "c.after"))
+        rows = part if rows is None else rows.unionByName(part)
+    if rows is None:
+        raise ValueError("no entity kinds selected")
+    return rows
+
+
+def differing(left: History, right: History, on: list[str] | None = None) -> dict[str, DataFrame]:
+    """Per kind, the entities whose values differ between two states (full outer join on the key).
+
+    Rows: the key, ``_l`` and ``_r`` (the value structs, null where the entity is absent).
+    """
+    out = {}
+    for kind in left.keys() & right.keys():
+        k = BY_NAME[kind]
+        keys = [*(on or ["cluster_id"]), *k.key_names]
+        a = left[kind].select(*keys, F.struct(*k.value_names).alias("_l"))
+        b = right[kind].select(*keys, F.struct(*k.value_names).alias("_r"))
+        out[kind] = a.join(b, keys, "full_outer").filter(~F.col("_l").eqNullSafe(F.col("_r")))
+    return out
+
+
+def differing_json(left: History, right: History) -> DataFrame | None:
+    """``differing`` for every kind at once, as JSON: cluster_id, kind, key, left, right (one job to collect)."""
+    out = None
+    for kind, rows in differing(left, right).items():
+        k = BY_NAME[kind]
+        part = rows.select("cluster_id", F.lit(kind).alias("kind"), F.to_json(F.struct(*k.key_names)).alias("key"),
+                           F.to_json("_l").alias("left"), F.to_json("_r").alias("right"))
+        out = part if out is None else out.unionByName(part)
+    return out
+
+
+def differences(row: Any) -> list[Difference]:
+    """Field-level differences of one ``differing_json`` row collected to the driver."""
+    k = BY_NAME[row["kind"]]
+    key_doc = json.loads(row["key"])
+    key = tuple(key_doc.get(c) for c in k.key_names)
+    a = json.loads(row["left"]) if row["left"] is not None else None
+    b = json.loads(row["right"]) if row["right"] is not None else None
+    if a is None or b is None:
+        return [Difference(k.name, key, "<entity>", "<missing>" if a is None else "present",
+                           "<missing>" if b is None else "present")]
+    return [Difference(k.name, key, f, a.get(f), b.get(f)) for f in k.value_names if a.get(f) != b.get(f)]
+
+
+def verify_tables(spark: SparkSession, config: Config, store: TableStore | None = None,
+                  clusters: list[str] | None = None) -> list[tuple[str, list[SnapshotCheck]]]:
+    """Histories built from the landed tables vs. every reachable snapshot's contents, per cluster."""
+    store = store or open_store(spark, config.warehouse, config.writer)
+    build = build_histories(spark, landed(store), clusters, snapshots=True)
+    try:
+        return verify_build(spark, build)
+    finally:
+        build.release()
+
+
+def verify_build(spark: SparkSession, build: HistoryBuild) -> list[tuple[str, list[SnapshotCheck]]]:
+    """``verify_tables`` on a build made with ``snapshots=True``."""
+    real = [b for b in build.bases if b.cluster_id == b.source_cluster]
+    probes = [(b.cluster_id, s.snapshot_id, s.offset, pseudo_cluster(b.cluster_id, s.snapshot_id))
+              for b in real for s in b.snapshots if b.reach(s)[0]]
+    found: dict[str, list[Difference]] = {}
+    if probes:
+        points = F.broadcast(spark.createDataFrame(probes, "cluster_id string, snapshot_id string, at long, "
+                                                           "pseudo string"))
+        pseudo = [p[3] for p in probes]
+        left: History = {}
+        right: History = {}
+        for kind, df in build.histories.items():
+            df = build.inputs.cache(df)  # read by both sides of the comparison
+            valid = (F.col("valid_from_offset") <= F.col("at")) & (
+                F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > F.col("at")))
+            left[kind] = df.join(points, "cluster_id").filter(valid).withColumn("cluster_id", F.col("pseudo"))
+            right[kind] = df.filter(F.col("cluster_id").isin(pseudo))
+        rows = differing_json(left, right)
+        for r in rows.collect() if rows is not None else []:
+            if r["kind"] == "producer_ids" and r["right"] is None:
+                continue  # the snapshot has no ProducerIdsRecord: the mark survives (ProducerIdsDelta)
+            found.setdefault(r["cluster_id"], []).extend(differences(r))
+    report = []
+    for b in real:
+        checks = []
+        for s in sorted(b.snapshots, key=lambda s: (s.offset, s.snapshot_id)):
+            ok, note = b.reach(s)
+            checks.append(SnapshotCheck(s.snapshot_id, s.offset, None, ok,
+                                        sorted(found.get(pseudo_cluster(b.cluster_id, s.snapshot_id), []),
+                                               key=lambda d: (d.kind, repr(d.key), d.field)), note))
+        report.append((b.cluster_id, checks))
+    return report
+
+
+__all__ = [
+    "HistoryBuild",
+    "build_histories",
+    "diff",
+    "differences",
+    "differing",
+    "differing_json",
+    "image_at",
+    "offset_at",
+    "pseudo_cluster",
+    "read_histories",
+    "reconstruct",
+    "state_at",
+    "verify_build",
+    "verify_tables",
+]

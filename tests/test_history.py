@@ -1,0 +1,286 @@
+"""Entity histories in Spark: equal to the sequential replay; state, diff and verify on the tables."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT, SAMPLE
+from deltalake import DeltaTable
+from history_gen import GenCluster, clusters, write_cluster
+from hypothesis import HealthCheck, given, settings
+from pyspark.sql import functions as F
+
+from kraftlog.cli import main
+from kraftlog.spark.history import (
+    HistoryBuild,
+    build_histories,
+    diff,
+    image_at,
+    landed,
+    read_histories,
+    state_at,
+)
+from kraftlog.spark.store import open_store, spark_schema
+from kraftlog.state.entities import KINDS, history_tables
+from kraftlog.state.history import versions
+from kraftlog.state.local import load_clusters, replay
+from kraftlog.state.local import state_at as local_state_at
+from kraftlog.state.local import verify as local_verify
+from kraftlog.tables.definitions import catalog
+from kraftlog.tables.rows import FileIdentity, FileLander, FileRef, KeepSpec
+
+pytestmark = pytest.mark.spark
+
+Rows = dict[tuple[str, str], list[Any]]  # (kind, cluster) -> normalised history rows
+
+
+def _norm(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_norm(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _norm(x)) for k, x in v.items()))
+    return v
+
+
+def spark_rows(build: HistoryBuild) -> Rows:
+    out: Rows = defaultdict(list)
+    for kind, df in build.histories.items():
+        df = df.withColumn("valid_from", F.unix_millis("valid_from")).withColumn("valid_to", F.unix_millis("valid_to"))
+        for r in df.collect():
+            d = r.asDict(recursive=True)
+            out[(kind, d["cluster_id"])].append(_norm(d))
+    return {k: sorted(v, key=repr) for k, v in out.items()}
+
+
+def local_rows(root: Path, cluster_of: Any = lambda c: c) -> Rows:
+    out: Rows = {}
+    for cl in load_clusters([root]):
+        changes: list[Any] = []
+        replay(cl, on_change=changes.append)
+        for kind, rows in versions(changes, cluster_of(cl.cluster_id)).items():
+            if rows:
+                out[(kind, cluster_of(cl.cluster_id))] = sorted((_norm(r) for r in rows), key=repr)
+    return out
+
+
+def assert_same_histories(spark_side: Rows, local_side: Rows) -> None:
+    for key in sorted(spark_side.keys() | local_side.keys()):
+        a, b = spark_side.get(key, []), local_side.get(key, [])
+        assert a == b, (key, sorted(set(a) - set(b), key=repr)[:3], sorted(set(b) - set(a), key=repr)[:3])
+
+
+@pytest.fixture(scope="module")
+def sample(spark: Any, sample_warehouse: Any) -> tuple[Path, dict[str, int]]:
+    """The sample warehouse with its histories built by ``kraftlog reconstruct``: (path, rows per table)."""
+    wh, _ = sample_warehouse
+    out = CliRunner().invoke(main, ["reconstruct", "--warehouse", str(wh)])
+    assert out.exit_code == 0, out.output
+    assert "history rows" in out.output
+    return wh, {t: DeltaTable(str(wh / t)).count() for t in [*history_tables_names(), "replay_ranges"]}
+
+
+def history_tables_names() -> list[str]:
+    return [t.name for t in history_tables().values()]
+
+
+# -- equal to the sequential replay ------------------------------------------------------------------------
+
+def test_histories_of_the_sample_equal_the_sequential_replay(spark: Any, sample: Any) -> None:
+    wh, rows = sample
+    tables = history_tables()
+    got: Rows = defaultdict(list)
+    for kind, df in read_histories(open_store(spark, str(wh))).items():
+        df = df.withColumn("valid_from", F.unix_millis("valid_from")).withColumn("valid_to", F.unix_millis("valid_to"))
+        for r in df.collect():
+            d = r.asDict(recursive=True)
+            got[(kind, d["cluster_id"])].append(_norm(d))
+    expected = local_rows(SAMPLE)
+    assert_same_histories({k: sorted(v, key=repr) for k, v in got.items()}, expected)
+    # every kind the scenario exercises has versions, and the tables carry their documentation
+    for kind in ("brokers", "controllers", "topics", "partitions", "configs", "client_quotas", "acls", "scram_users",
+                 "features", "producer_ids", "voters", "kraft_version"):
+        assert rows[tables[kind].name] > 0, kind
+    dt = DeltaTable(str(wh / "partitions_history"))
+    assert dt.metadata().configuration["kraftlog.entity"] == "partitions"
+    assert "valid_to_offset" in {f.name for f in dt.schema().fields}
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(generated=clusters())
+def test_spark_histories_equal_a_sequential_replay_for_random_logs(spark: Any, tmp_path_factory: Any,
+                                                                    generated: list[GenCluster]) -> None:
+    root = tmp_path_factory.mktemp("gen")
+    for c in generated:
+        write_cluster(root, c)
+    build = build_histories(spark, _in_memory_tables(spark, root))
+    try:
+        assert_same_histories(spark_rows(build), local_rows(root))
+    finally:
+        build.release()
+
+
+def _in_memory_tables(spark: Any, root: Path) -> Any:
+    """The landed tables of the data directories under ``root`` as DataFrames (rows as the ingest makes them)."""
+    refs = []
+    for d in sorted(root.iterdir()):
+        ident = FileIdentity(d.name, 1, str(d))
+        for f in sorted((d / "__cluster_metadata-0").iterdir()):
+            refs.append((FileRef(str(f), f.read_bytes(), 0, ident), KeepSpec()))
+    parts: dict[str, list[pa.Table]] = defaultdict(list)
+    for chunk in FileLander("gen").land(refs):
+        for name, t in chunk.items():
+            parts[name].append(t)
+    frames = {}
+    for t in catalog().all():
+        data = pa.concat_tables(parts[t.name]) if parts[t.name] else t.schema.empty_table()
+        frames[t.name] = spark.createDataFrame(data, spark_schema(t))
+    return frames.__getitem__
+
+
+# -- queries -----------------------------------------------------------------------------------------------
+
+def _cli(*args: str) -> Any:
+    result = CliRunner().invoke(main, list(args))
+    return result
+
+
+def test_state_from_the_tables_equals_the_state_from_the_data_directories(sample: Any) -> None:
+    wh, _ = sample
+    cluster = load_clusters([SAMPLE])[0]
+    mid = cluster.offsets[len(cluster.offsets) // 2]
+    ts_point = cluster.log[cluster.offsets[len(cluster.offsets) // 3]].timestamp
+    later = cluster.log[cluster.offsets[2 * len(cluster.offsets) // 3]].timestamp
+    when = datetime.fromtimestamp(later / 1000 + 0.5, UTC).isoformat().replace("+00:00", "Z")
+    for point in (None, str(mid), f"ms:{ts_point}", when):
+        extra = ["--at", point] if point else []
+        a = _cli("state", "--warehouse", str(wh), *extra)
+        b = _cli("state", str(SAMPLE), *extra)
+        assert a.exit_code == 0, a.output
+        assert b.exit_code == 0, b.output
+        assert json.loads(a.output) == json.loads(b.output), point
+    doc = json.loads(_cli("state", "--warehouse", str(wh), "--at", str(mid), "--kind", "partitions").output)
+    assert doc["offset"] == mid and doc["partitions"] and set(doc) == {"cluster_id", "offset", "timestamp",
+                                                                        "partitions"}
+
+
+def test_diff_from_the_tables_equals_the_diff_from_the_data_directories(spark: Any, sample: Any) -> None:
+    wh, _ = sample
+    cluster = load_clusters([SAMPLE])[0]
+    a, b = cluster.offsets[len(cluster.offsets) // 4], cluster.offsets[-1]
+    spark_out = _cli("diff", "--warehouse", str(wh), "--from", str(a), "--to", str(b))
+    local_out = _cli("diff", str(SAMPLE), "--from", str(a), "--to", str(b))
+    assert spark_out.exit_code == 0 and local_out.exit_code == 0, spark_out.output + local_out.output
+    rows = [json.loads(x) for x in spark_out.output.splitlines()]
+    assert rows and rows == [json.loads(x) for x in local_out.output.splitlines()]
+    # the library diff (a DataFrame) names the same changed fields
+    hist = read_histories(open_store(spark, str(wh)))
+    changed = diff(hist, cluster.cluster_id, a, b).select("kind", "field").distinct().collect()
+    assert {(r["kind"], r["field"]) for r in changed} == {(r["kind"], r["field"]) for r in rows}
+
+
+def test_library_state_at_and_image_at(spark: Any, sample: Any) -> None:
+    wh, _ = sample
+    store = open_store(spark, str(wh))
+    cluster = load_clusters([SAMPLE])[0]
+    at = cluster.offsets[len(cluster.offsets) // 2]
+    state = state_at(read_histories(store), cluster.cluster_id, at, ["partitions", "brokers"])
+    assert set(state) == {"partitions", "brokers"}
+    expected = local_state_at(cluster, at)
+    assert state["partitions"].count() == len(expected.entities["partitions"])
+    image = image_at(store, cluster.cluster_id, at)
+    assert image.entities == expected.entities and image.offset == at
+    with pytest.raises(LookupError, match="no histories"):
+        image_at(store, "no-such-cluster")
+
+
+def test_state_before_the_histories_start_is_refused(tmp_path: Path) -> None:
+    c = GenCluster("late", [("meta", "TOPIC_RECORD", 0, {"topic_id": "AAAAAAAAAAAAAAAAAAAAAQ", "name": "t"})],
+                   snapshot=[("meta", "TOPIC_RECORD", 0, {"topic_id": "AAAAAAAAAAAAAAAAAAAAAg", "name": "s"})],
+                   snapshot_offset=9)
+    write_cluster(tmp_path, c)
+    out = _cli("state", str(tmp_path), "--at", "3")
+    assert out.exit_code != 0 and "known from offset 9" in out.output
+
+
+# -- verify ------------------------------------------------------------------------------------------------
+
+def test_verify_on_the_tables_checks_the_snapshots_the_local_verify_checks(spark: Any, sample: Any) -> None:
+    wh, _ = sample
+    out = _cli("verify", "--warehouse", str(wh), "--quiet")
+    assert out.exit_code == 0, out.output
+    local = [c for cl in load_clusters([SAMPLE]) for c in local_verify(cl) if c.reachable]
+    assert len(local) > 100 and all(not c.differences for c in local)
+    assert out.output.strip().endswith(f"snapshots checked: {len(local)}, with differences: 0")
+
+
+def test_verify_reports_a_snapshot_that_disagrees_with_the_log(spark: Any, tmp_path: Path) -> None:
+    """A snapshot whose contents the log does not produce: both verifies name the entity and field and exit 1.
+
+    Also the entry points on a warehouse of two clusters: ``kraftlog reconstruct``, a partial rebuild
+    (``--cluster``) that leaves the other cluster's rows alone, and ``jobs/reconstruct.py --verify``
+    as a data-quality gate.
+    """
+    t1 = "AAAAAAAAAAAAAAAAAAAAAQ"
+    log = [("meta", "TOPIC_RECORD", 0, {"topic_id": t1, "name": "orders"}),
+           ("meta", "CONFIG_RECORD", 0, {"resource_type": 2, "resource_name": "orders", "name": "retention.ms",
+                                         "value": "1000"})]
+    root = tmp_path / "data"
+    d = write_cluster(root, GenCluster("bad", log))
+    write_cluster(root, GenCluster("good", log[:1]))
+    wrong = GenCluster("x", [], snapshot=[("meta", "TOPIC_RECORD", 0, {"topic_id": t1, "name": "orders"}),
+                                          ("meta", "CONFIG_RECORD", 0, {"resource_type": 2, "resource_name": "orders",
+                                                                        "name": "retention.ms", "value": "2000"})],
+                       snapshot_offset=1)
+    snap_dir = write_cluster(tmp_path / "w", wrong) / "__cluster_metadata-0"
+    src = next(snap_dir.glob("*.checkpoint"))
+    # the log's epoch (4) at offset 1: the snapshot belongs to this history
+    (d / "__cluster_metadata-0" / "00000000000000000002-0000000004.checkpoint").write_bytes(src.read_bytes())
+    difference = "configs (2, 'orders', 'retention.ms'): value: '1000' != '2000'"
+    local = _cli("verify", str(root))
+    assert local.exit_code == 1 and difference in local.output
+    assert "snapshots checked: 1, with differences: 1" in local.output
+
+    wh = tmp_path / "wh"
+    assert _cli("ingest", str(root), "--warehouse", str(wh), "--quiet").exit_code == 0
+    tables = _cli("verify", "--warehouse", str(wh))
+    assert tables.exit_code == 1, tables.output
+    assert difference in tables.output and "snapshots checked: 1, with differences: 1" in tables.output
+
+    assert _cli("reconstruct", "--warehouse", str(wh)).exit_code == 0
+    topics = DeltaTable(str(wh / "topics_history"))
+    version = topics.version()
+    assert sorted(topics.to_pyarrow_table().column("cluster_id").to_pylist()) == ["bad", "good"]
+    spec = importlib.util.spec_from_file_location("job", ROOT / "jobs" / "reconstruct.py")
+    assert spec and spec.loader
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    assert job.main(["--warehouse", str(wh), "--cluster", "bad", "--verify"]) == 1  # the gate fails the task
+    topics = DeltaTable(str(wh / "topics_history"))
+    assert topics.version() > version  # the rows of "bad" were replaced ...
+    assert sorted(topics.to_pyarrow_table().column("cluster_id").to_pylist()) == ["bad", "good"]  # ... only
+
+
+def test_every_history_table_is_written_even_when_empty(spark: Any, sample: Any) -> None:
+    wh, rows = sample
+    for k in KINDS:
+        assert DeltaTable(str(wh / f"{k.name}_history")).version() >= 1, k.name  # written, even when empty
+        assert f"{k.name}_history" in rows
+    ranges = DeltaTable(str(wh / "replay_ranges")).to_pyarrow_table().to_pylist()
+    assert len(ranges) == 1 and ranges[0]["base_snapshot_id"] is None and ranges[0]["first_offset"] == 0
+    assert ranges[0]["last_offset"] == load_clusters([SAMPLE])[0].offsets[-1]
+
+
+def test_landed_source_reads_every_catalog_table(spark: Any, sample: Any) -> None:
+    wh, _ = sample
+    table = landed(open_store(spark, str(wh)))
+    assert table("records").count() > 10_000
+    assert table("kraft_voters").count() > 0
