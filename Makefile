@@ -13,7 +13,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[spark,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[spark,dev,airflow]"
 	touch $(STAMP)
 
 ## the test suite, corpus-wide (slow) checks included
@@ -29,6 +29,8 @@ run: $(STAMP)
 	$(BIN)/kraftlog ingest samples/scenario-a --warehouse warehouse
 	$(BIN)/kraftlog reconstruct --warehouse warehouse
 	$(BIN)/kraftlog verify --warehouse warehouse --quiet
+	$(BIN)/kraftlog analyze --warehouse warehouse
+	$(BIN)/kraftlog report --warehouse warehouse --out out/report.html
 
 ## decoder rate vs. the framing floor (one core); ingest and history build on local[2] (corpus, 10x corpus)
 bench: $(STAMP)

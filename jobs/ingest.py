@@ -2,23 +2,28 @@
 
     spark-submit --py-files kraftlog.zip jobs/ingest.py --conf conf/cluster.toml s3a://kafka-archive/
 
-Arguments: input roots (local paths or any file system Spark reads), ``--conf`` a TOML profile
+Arguments: input roots (local paths or any file system Spark reads; also comma separated), ``--conf`` a TOML profile
 (default: the embedded local profile), ``--warehouse`` to override where the tables go.
 Prints the one-line run summary; exits non-zero if the run failed.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from kraftlog.spark.ingest import ingest
 from kraftlog.spark.session import job_arguments
 
 
+def _options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("inputs", nargs="+", help="input roots (local, s3a://, ...; also comma separated)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args, config, spark = job_arguments("Ingest KRaft metadata logs into Delta tables", argv,
-                                        lambda ap: ap.add_argument("inputs", nargs="+"))
-    print(ingest(spark, args.inputs, config).line())
+    args, config, spark = job_arguments("Ingest KRaft metadata logs into Delta tables", argv, _options)
+    roots = [root for arg in args.inputs for root in arg.split(",") if root]  # "a,b" from a scheduler template
+    print(ingest(spark, roots, config).line())
     return 0
 
 

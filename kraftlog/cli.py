@@ -46,23 +46,6 @@ def dump(paths: tuple[Path, ...], summary: bool, no_redact: bool) -> None:
         sys.stderr.close()
 
 
-def parse_point(text: str | None) -> tuple[int | None, int | None]:
-    """``--offset``-or-``--at`` values: an offset (digits) or a time (ISO-8601, or epoch ms with ``ms:``)."""
-    if text is None:
-        return None, None
-    t = text.strip()
-    if t.lstrip("-").isdigit():
-        return int(t), None
-    if t.startswith("ms:"):
-        return None, int(t[3:])
-    from datetime import UTC, datetime
-
-    when = datetime.fromisoformat(t.replace("Z", "+00:00"))
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return None, int(when.timestamp() * 1000)
-
-
 def _one_cluster(paths: tuple[Path, ...], cluster: str | None, redact: bool):  # type: ignore[no-untyped-def]
     from kraftlog.state.local import load_clusters
 
@@ -114,8 +97,10 @@ class _States:
             self.cluster_id = self.log.cluster_id
 
     def at(self, point: str | None, kinds: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
-        offset, ts = parse_point(point)
+        from kraftlog.points import parse_point
+
         try:
+            offset, ts = parse_point(point)
             if self.store is not None:
                 from kraftlog.spark.history import image_at
 
@@ -128,14 +113,12 @@ class _States:
 
 
 def _choose(known: list[str], cluster: str | None) -> str:
-    if cluster is not None:
-        hits = [c for c in known if c == cluster] or [c for c in known if c.endswith(":" + cluster)]
-        if len(hits) != 1:
-            raise click.ClickException(f"cluster {cluster!r} not found; known: {', '.join(known)}")
-        return hits[0]
-    if len(known) != 1:
-        raise click.ClickException("several clusters: " + ", ".join(known) + "; choose one with --cluster")
-    return known[0]
+    from kraftlog.spark.history import choose_cluster
+
+    try:
+        return choose_cluster(known, cluster)
+    except LookupError as e:
+        raise click.ClickException(str(e)) from e
 
 
 _SOURCES = [
@@ -191,22 +174,79 @@ def diff(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, 
         click.echo(json.dumps(row, default=str))
 
 
-@main.command()
-@click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse).")
-@click.option("--conf", "conf_file", type=click.Path(exists=True, dir_okay=False), help="TOML profile.")
-@click.option("--cluster", "clusters", multiple=True, help="Only these clusters (default: all).")
+def _build_command(f):  # type: ignore[no-untyped-def]
+    """The options of the table-building commands (reconstruct, analyze)."""
+    for decorator in reversed([
+        click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse)."),
+        click.option("--conf", "conf_file", type=click.Path(exists=True, dir_okay=False), help="TOML profile."),
+        click.option("--cluster", "clusters", multiple=True, help="Only these clusters (default: all)."),
+    ]):
+        f = decorator(f)
+    return main.command()(f)
+
+
+def _build(run, warehouse: str | None, conf_file: str | None, clusters: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    """Run a table build ``run(spark, config, store, clusters)`` and print its one-line summary."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    spark, store, config = _spark_store(warehouse, conf_file)
+    try:
+        click.echo(run(spark, config, store, list(clusters) or None).line())
+    except LookupError as e:
+        raise click.ClickException(str(e)) from e
+
+
+@_build_command
 def reconstruct(warehouse: str | None, conf_file: str | None, clusters: tuple[str, ...]) -> None:
     """Build the entity histories (<kind>_history tables) from the landed tables.
 
     Each history table is replaced in one commit. Run after `kraftlog ingest`.
     """
-    import logging
-
     from kraftlog.spark.history import reconstruct as run
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    spark, store, config = _spark_store(warehouse, conf_file)
-    click.echo(run(spark, config, store, list(clusters) or None).line())
+    _build(run, warehouse, conf_file, clusters)
+
+
+@_build_command
+def analyze(warehouse: str | None, conf_file: str | None, clusters: tuple[str, ...]) -> None:
+    """Build the event tables (leader_elections, isr_changes, broker_lifecycle, ...) from the histories.
+
+    Each event table is replaced in one commit. Run after `kraftlog reconstruct`.
+    """
+    from kraftlog.analytics.build import analyze as run
+
+    _build(run, warehouse, conf_file, clusters)
+
+
+@main.command()
+@click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse).")
+@click.option("--conf", "conf_file", type=click.Path(exists=True, dir_okay=False), help="TOML profile.")
+@click.option("--cluster", help="Cluster id, when there are several.")
+@click.option("--from", "start", help="Start of the period (ISO-8601 time or ms:<epoch millis>). Default: the start.")
+@click.option("--to", "end", help="End of the period. Default: the end of the log.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="HTML file to write "
+              "(default: report-<cluster>.html).")
+def report(warehouse: str | None, conf_file: str | None, cluster: str | None, start: str | None, end: str | None,
+           out: Path | None) -> None:
+    """One self-contained HTML page of a cluster's events (elections, ISR, brokers, controllers, audit, log health).
+
+    Reads the event tables: run `kraftlog analyze` first.
+    """
+    from kraftlog.analytics.report import Period, build_report, report_name, write_report
+    from kraftlog.points import parse_time
+
+    try:
+        period = Period(parse_time(start) if start else None, parse_time(end) if end else None)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+    _, store, _ = _spark_store(warehouse, conf_file)
+    try:
+        rep = build_report(store, cluster, period)
+    except LookupError as e:
+        raise click.ClickException(str(e)) from e
+    path = write_report(rep, out or Path(report_name(rep.cluster_id)))
+    click.echo(f"report of {rep.cluster_id} ({period.text()}): {path} ({path.stat().st_size:,} bytes)")
 
 
 @main.command()

@@ -70,3 +70,33 @@ def sample_warehouse(spark, tmp_path_factory):  # type: ignore[no-untyped-def]
 
     wh = tmp_path_factory.mktemp("sample-wh")
     return wh, ingest(spark, [str(SAMPLE)], Config.load(warehouse={"path": str(wh)}))
+
+
+@pytest.fixture(scope="session")
+def sample(spark, sample_warehouse):  # type: ignore[no-untyped-def]
+    """The sample warehouse with its histories built by ``kraftlog reconstruct``: (path, rows per table)."""
+    from click.testing import CliRunner
+    from deltalake import DeltaTable
+
+    from kraftlog.cli import main
+    from kraftlog.state.entities import history_tables
+
+    wh, _ = sample_warehouse
+    out = CliRunner().invoke(main, ["reconstruct", "--warehouse", str(wh)])
+    assert out.exit_code == 0, out.output
+    assert "history rows" in out.output
+    names = [t.name for t in history_tables().values()]
+    return wh, {t: DeltaTable(str(wh / t)).count() for t in [*names, "replay_ranges"]}
+
+
+@pytest.fixture(scope="session")
+def sample_events(spark, sample):  # type: ignore[no-untyped-def]
+    """The sample warehouse with its event tables built by ``kraftlog analyze``: (path, CLI output)."""
+    from click.testing import CliRunner
+
+    from kraftlog.cli import main
+
+    wh, _ = sample
+    out = CliRunner().invoke(main, ["analyze", "--warehouse", str(wh)])
+    assert out.exit_code == 0, out.output
+    return wh, out.output

@@ -77,16 +77,6 @@ def assert_same_histories(spark_side: Rows, local_side: Rows) -> None:
         assert a == b, (key, sorted(set(a) - set(b), key=repr)[:3], sorted(set(b) - set(a), key=repr)[:3])
 
 
-@pytest.fixture(scope="module")
-def sample(spark: Any, sample_warehouse: Any) -> tuple[Path, dict[str, int]]:
-    """The sample warehouse with its histories built by ``kraftlog reconstruct``: (path, rows per table)."""
-    wh, _ = sample_warehouse
-    out = CliRunner().invoke(main, ["reconstruct", "--warehouse", str(wh)])
-    assert out.exit_code == 0, out.output
-    assert "history rows" in out.output
-    return wh, {t: DeltaTable(str(wh / t)).count() for t in [*history_tables_names(), "replay_ranges"]}
-
-
 def history_tables_names() -> list[str]:
     return [t.name for t in history_tables().values()]
 

@@ -111,13 +111,17 @@ def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = 
         ranges = replay_ranges_table()
         frames = [(tables[kind], df) for kind, df in build.histories.items()]
         frames.append((ranges, spark.createDataFrame(build.ranges(build_id), spark_schema(ranges))))
-        where = None if clusters is None else "cluster_id IN (" + ", ".join(_sql(c) for c in clusters) + ")"
-        rows = store.replace(frames, build_id, where)
+        rows = store.replace(frames, build_id, cluster_predicate(clusters))
     finally:
         build.release()
     for name, n in rows.items():
         log.info("%s: %d rows", name, n)
     return ReconstructResult(build_id, len(build.bases), rows, time.time() - t0)
+
+
+def cluster_predicate(clusters: list[str] | None) -> str | None:
+    """``cluster_id IN (...)`` for a partial rebuild (None: everything)."""
+    return None if clusters is None else "cluster_id IN (" + ", ".join(_sql(c) for c in clusters) + ")"
 
 
 def _sql(text: str) -> str:
@@ -170,6 +174,19 @@ def built_clusters(store: TableStore) -> dict[str, dict[str, Any]]:
     except Exception as e:  # no build yet
         raise LookupError(f"no entity histories under {store.warehouse}: run `kraftlog reconstruct` first") from e
     return {r["cluster_id"]: r.asDict() for r in rows}
+
+
+def choose_cluster(known: list[str], cluster: str | None) -> str:
+    """The one cluster of ``known`` that ``cluster`` names (its id, or the part after ``source:``), or the
+    only one when ``cluster`` is None."""
+    if cluster is not None:
+        hits = [c for c in known if c == cluster] or [c for c in known if c.endswith(":" + cluster)]
+        if len(hits) != 1:
+            raise LookupError(f"cluster {cluster!r} not found; known: {', '.join(known) or 'none'}")
+        return hits[0]
+    if len(known) != 1:
+        raise LookupError("several clusters: " + ", ".join(known) + "; choose one with --cluster")
+    return known[0]
 
 
 def image_at(store: TableStore, cluster_id: str, offset: int | None = None, timestamp_ms: int | None = None,
@@ -316,6 +333,9 @@ def verify_build(spark: SparkSession, build: HistoryBuild) -> list[tuple[str, li
 __all__ = [
     "HistoryBuild",
     "build_histories",
+    "built_clusters",
+    "choose_cluster",
+    "cluster_predicate",
     "diff",
     "differences",
     "differing",

@@ -28,16 +28,22 @@ def build_session(config: Config) -> SparkSession:
     return spark
 
 
-def job_arguments(description: str, argv: list[str] | None = None,
-                  extra: Callable[[argparse.ArgumentParser], None] | None = None
-                  ) -> tuple[argparse.Namespace, Config, SparkSession]:
-    """The common arguments of the spark-submit jobs (``--conf``, ``--warehouse``), the config and the session."""
+def job_parser(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None
+               ) -> argparse.ArgumentParser:
+    """The argument parser of a spark-submit job: ``--conf``, ``--warehouse`` and the job's own (``extra``)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--conf", help="TOML profile (conf/local.toml, conf/cluster.toml)")
     ap.add_argument("--warehouse", help="where the Delta tables live (overrides the profile)")
     if extra is not None:
         extra(ap)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def job_arguments(description: str, argv: list[str] | None = None,
+                  extra: Callable[[argparse.ArgumentParser], None] | None = None
+                  ) -> tuple[argparse.Namespace, Config, SparkSession]:
+    """The parsed arguments of a spark-submit job, its config and the session."""
+    args = job_parser(description, extra).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     config = Config.load(args.conf, **({"warehouse": {"path": args.warehouse}} if args.warehouse else {}))
     return args, config, build_session(config)

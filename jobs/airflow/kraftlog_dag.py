@@ -1,0 +1,81 @@
+"""Airflow DAG: land the KRaft metadata logs, rebuild the histories, derive the event tables, write a report.
+
+    ingest -> reconstruct -> analytics -> report
+
+Each step is a ``SparkSubmitOperator`` running one of kraftlog's spark-submit jobs (``jobs/*.py``) with
+the same profile (``--conf``). Every step is idempotent (ingest adds only new records; the others
+replace their tables in one commit), so retries and backfills are safe. The report covers the run's
+data interval (``{{ data_interval_start }}`` to ``{{ data_interval_end }}``).
+
+Configure with Airflow Variables (or the environment of the scheduler):
+
+* ``kraftlog_home``: where kraftlog's ``jobs/`` and ``conf/`` are (default: this repository);
+* ``kraftlog_conf``: the TOML profile (default: ``conf/cluster.toml``);
+* ``kraftlog_inputs``: the archive roots to ingest, comma separated (e.g. ``s3a://kafka-archive/``);
+* ``kraftlog_reports``: where the HTML reports go (a folder per run, a page per cluster);
+* ``kraftlog_py_files``: the kraftlog wheel or zip shipped with ``--py-files`` (optional when kraftlog is
+  installed on the Spark nodes);
+
+and the ``spark_default`` connection (master, deploy mode).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG
+from airflow.timetables.interval import CronDataIntervalTimetable
+
+HOME = os.environ.get("KRAFTLOG_HOME", str(Path(__file__).resolve().parents[2]))
+
+
+def _var(name: str, default: str) -> str:
+    """A Jinja reference to an Airflow Variable, read when the task runs (not when the DAG is parsed)."""
+    return "{{ var.value.get(" + repr(name) + ", " + repr(default) + ") }}"
+
+
+CONF = _var("kraftlog_conf", f"{HOME}/conf/cluster.toml")
+INPUTS = _var("kraftlog_inputs", os.environ.get("KRAFTLOG_INPUTS", f"{HOME}/samples"))
+REPORTS = _var("kraftlog_reports", f"{HOME}/out/reports")
+PY_FILES = os.environ.get("KRAFTLOG_PY_FILES") or None
+
+default_args = {
+    "owner": "platform",
+    "retries": 2,
+    "retry_delay": timedelta(minutes=5),
+}
+
+
+def _job(task_id: str, script: str, args: list[str]) -> SparkSubmitOperator:
+    return SparkSubmitOperator(
+        task_id=task_id,
+        application=f"{HOME}/jobs/{script}",
+        application_args=["--conf", CONF, *args],
+        py_files=PY_FILES,
+        name=f"kraftlog-{task_id}",
+        conn_id="spark_default",
+    )
+
+
+with DAG(
+    dag_id="kraftlog",
+    description="KRaft metadata logs to Delta tables: ingest, histories, event tables, report",
+    schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),  # runs cover [start, end) of each hour
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,  # the steps replace whole tables: one run at a time
+    default_args=default_args,
+    tags=["kafka", "kraft", "kraftlog"],
+) as dag:
+    ingest = _job("ingest", "ingest.py", [INPUTS])  # roots separated by commas
+    reconstruct = _job("reconstruct", "reconstruct.py", ["--verify"])
+    analytics = _job("analytics", "analytics.py", [])
+    report = _job("report", "report.py", [
+        "--from", "{{ data_interval_start.isoformat() }}",
+        "--to", "{{ data_interval_end.isoformat() }}",
+        "--out-dir", REPORTS + "/{{ data_interval_end.strftime('%Y%m%dT%H%M') }}",  # one page per cluster
+    ])
+    ingest >> reconstruct >> analytics >> report

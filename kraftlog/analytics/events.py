@@ -1,0 +1,555 @@
+"""Event tables from the entity histories and the landed tables: pure ``DataFrame -> DataFrame`` functions.
+
+Every function reads an ``Inputs`` (the history tables by entity kind, the landed tables by name, and
+``replay_ranges``) and returns exactly the columns of its table in ``kraftlog.analytics.definitions``.
+Consecutive versions of one entity are paired with ``with_previous`` (the previous version counts only
+when this one replaced it, not after a deletion); windows (under-replicated partitions, fenced
+periods, reassignments) are islands of consecutive versions (``islands``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from kraftlog.analytics.definitions import event_tables
+from kraftlog.schema.registry import load_schemas
+from kraftlog.spark.replay import TableSource
+from kraftlog.spark.store import spark_schema
+
+PARTITION = ["cluster_id", "topic_id", "partition_id"]
+RUNNING = (Window.unboundedPreceding, Window.currentRow)
+
+
+@dataclass
+class Inputs:
+    """What the event builders read."""
+
+    histories: Mapping[str, DataFrame]  # entity kind -> <kind>_history rows
+    table: TableSource  # landed tables (records, batches, files, divergence, typed tables) by name
+    ranges: DataFrame  # replay_ranges
+
+    def history(self, kind: str) -> DataFrame:
+        return self.histories[kind]
+
+    @property
+    def starts(self) -> DataFrame:
+        """Per cluster: the offset the histories start at (a base snapshot's), and the end of the log."""
+        return F.broadcast(self.ranges.select(
+            "cluster_id", F.col("base_offset").alias("_base_offset"),
+            F.coalesce("last_timestamp", "base_timestamp").alias("_end_time")))
+
+
+# -- shared building blocks ---------------------------------------------------------------------------------
+
+def seconds_between(start: Column, end: Column) -> Column:
+    return (F.unix_micros(end) - F.unix_micros(start)) / 1e6
+
+
+def enum_name(kind: str, value: Column) -> Column:
+    """The name of an enum value (``schemas/enums.json``), else the value as text."""
+    names = load_schemas().enums[kind]
+    pairs = [F.lit(x) for k, v in sorted(names.items()) for x in (k, v)]
+    return F.coalesce(F.try_element_at(F.create_map(*pairs), value.cast("string")), value.cast("string"))
+
+
+def with_previous(df: DataFrame, keys: list[str], columns: list[str] | None = None) -> DataFrame:
+    """``df`` (history rows) with ``_prev``: the version this one replaced (null after a delete or at the start),
+    and ``_next_from``: where the next version of the same entity begins (null if none)."""
+    cols = columns if columns is not None else [c for c in df.columns if c not in keys]
+    w = Window.partitionBy(*keys).orderBy("valid_from_offset")
+    prev = F.lag(F.struct(*cols)).over(w)
+    return (df.withColumn("_p", prev)
+            .withColumn("_prev", F.when((F.col("_p.ended_by") == "update")
+                                        & (F.col("_p.valid_to_offset") == F.col("valid_from_offset")), F.col("_p")))
+            .drop("_p"))
+
+
+def at_start(inputs: Inputs, df: DataFrame, offset: str = "valid_from_offset") -> DataFrame:
+    """``df`` with ``_at_start``: the row is a version loaded from the base snapshot (before the histories begin)."""
+    return (df.join(inputs.starts, "cluster_id", "left")
+            .withColumn("_at_start", F.coalesce(F.col(offset) == F.col("_base_offset"), F.lit(False))))
+
+
+def islands(df: DataFrame, keys: list[str], flag: Column) -> DataFrame:
+    """Versions where ``flag`` holds, numbered by island of consecutive versions (``_island``).
+
+    Needs ``_prev`` (``with_previous``); adds ``_flag``.
+    """
+    w = Window.partitionBy(*keys).orderBy("valid_from_offset")
+    df = df.withColumn("_flag", flag)
+    prev_flag = F.lag("_flag").over(w)
+    starts = F.col("_flag") & (F.col("_prev").isNull() | ~F.coalesce(prev_flag, F.lit(False)))
+    return (df.withColumn("_start", starts)
+            .withColumn("_island", F.sum(F.col("_start").cast("int")).over(w.rowsBetween(*RUNNING)))
+            .filter("_flag"))
+
+
+def window_columns(inputs: Inputs, grouped: DataFrame) -> DataFrame:
+    """``from_*``, ``to_*``, ``seconds``, ``open`` from ``_from``/``_from_time``/``_to``/``_to_time`` columns."""
+    return (grouped.join(inputs.starts, "cluster_id", "left")
+            .withColumn("from_offset", F.col("_from")).withColumn("from_time", F.col("_from_time"))
+            .withColumn("to_offset", F.col("_to")).withColumn("to_time", F.col("_to_time"))
+            .withColumn("open", F.col("_to").isNull())
+            .withColumn("seconds", seconds_between(F.col("_from_time"), F.coalesce("_to_time", "_end_time"))))
+
+
+def select_table(df: DataFrame, name: str) -> DataFrame:
+    """The columns of event table ``name``, cast to its types."""
+    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in spark_schema(event_tables()[name])])
+
+
+def explode_events(df: DataFrame, events: list[tuple[Column, dict[str, Column]]]) -> DataFrame:
+    """One row per (condition, values) that holds for a row: events from versions."""
+    names = sorted({k for _, values in events for k in values})
+    structs = [F.when(cond, F.struct(*[values.get(n, F.lit(None)).alias(n) for n in names])) for cond, values in events]
+    return (df.withColumn("_e", F.explode(F.array_compact(F.array(*structs))))
+            .select(*[c for c in df.columns if c not in names], *[F.col(f"_e.{n}").alias(n) for n in names]))
+
+
+# -- partitions ---------------------------------------------------------------------------------------------
+
+def leader_elections(inputs: Inputs) -> DataFrame:
+    p = with_previous(inputs.history("partitions"), PARTITION)
+    changed = p.filter(F.col("_prev").isNotNull() & (F.col("leader") != F.col("_prev.leader")))
+    b = inputs.history("brokers").select(
+        F.col("cluster_id").alias("_bc"), F.col("broker_id").alias("_bid"), F.col("valid_from_offset").alias("_bf"),
+        F.col("valid_to_offset").alias("_bt"), F.col("fenced").alias("_fenced"),
+        F.col("in_controlled_shutdown").alias("_ics"))
+    at = F.col("valid_from_offset")
+    j = changed.join(b, (F.col("_bc") == F.col("cluster_id")) & (F.col("_bid") == F.col("_prev.leader"))
+                     & (F.col("_bf") <= at) & (F.col("_bt").isNull() | (F.col("_bt") > at)), "left")
+    state = (F.when(F.col("_prev.leader") == -1, "none").when(F.col("_bid").isNull(), "unregistered")
+             .when(F.col("_ics"), "controlled_shutdown").when(F.col("_fenced"), "fenced").otherwise("alive"))
+    in_isr = F.array_contains(F.col("_prev.isr"), F.col("leader"))
+    kind = (F.when(F.col("leader") == -1, "offline")
+            .when((F.col("_prev.leader") != -1) & ~F.array_contains("replicas", F.col("_prev.leader")), "reassignment")
+            .when(~in_isr & F.array_contains(F.col("_prev.elr"), F.col("leader")), "elr")
+            .when(~in_isr | ((F.col("leader_recovery_state") == 1) & (F.col("_prev.leader_recovery_state") != 1)),
+                  "unclean")
+            .when(state == "controlled_shutdown", "controlled_shutdown")
+            .when(state.isin("fenced", "unregistered", "none"), "failover")
+            .when(F.col("leader") == F.get(F.col("replicas"), 0), "preferred")
+            .otherwise("failover"))
+    return select_table(j.select(
+        "cluster_id", at.alias("offset"), F.col("valid_from").alias("timestamp"), "topic_id", "topic_name",
+        "partition_id", kind.alias("kind"), (kind != "unclean").alias("clean"),
+        F.col("_prev.leader").alias("previous_leader"), "leader", "leader_epoch",
+        state.alias("previous_leader_state"), F.col("_prev.isr").alias("previous_isr"), "isr", "replicas",
+        "leader_recovery_state"), "leader_elections")
+
+
+def isr_changes(inputs: Inputs) -> DataFrame:
+    p = with_previous(inputs.history("partitions"), PARTITION)
+    removed = F.array_except(F.col("_prev.isr"), F.col("isr"))
+    added = F.array_except(F.col("isr"), F.col("_prev.isr"))
+    changed = p.filter(F.col("_prev").isNotNull() & ((F.size(removed) > 0) | (F.size(added) > 0)))
+    kind = (F.when(F.size(added) == 0, "shrink").when(F.size(removed) == 0, "expand").otherwise("shrink_expand"))
+    return select_table(changed.select(
+        "cluster_id", F.col("valid_from_offset").alias("offset"), F.col("valid_from").alias("timestamp"),
+        "topic_id", "topic_name", "partition_id", kind.alias("kind"), F.col("_prev.isr").alias("isr_before"),
+        F.col("isr").alias("isr_after"), removed.alias("removed"), added.alias("added"), "leader", "replicas"),
+        "isr_changes")
+
+
+def _partition_windows(inputs: Inputs, flagged: DataFrame, extra: list[Column]) -> DataFrame:
+    grouped = flagged.groupBy(*PARTITION, "_island").agg(
+        F.first("topic_name").alias("topic_name"),
+        F.min("valid_from_offset").alias("_from"), F.min("valid_from").alias("_from_time"),
+        F.max_by("valid_to_offset", "valid_from_offset").alias("_to"),
+        F.max_by("valid_to", "valid_from_offset").alias("_to_time"), *extra)
+    return window_columns(inputs, grouped)
+
+
+def under_replicated(inputs: Inputs) -> DataFrame:
+    p = with_previous(inputs.history("partitions"), PARTITION)
+    flagged = islands(p, PARTITION, F.size("isr") < F.size("replicas"))
+    out = _partition_windows(inputs, flagged, [
+        F.min(F.size("isr")).alias("min_isr_size"),
+        F.min_by(F.size("replicas"), "valid_from_offset").alias("replicas_count")])
+    return select_table(out, "under_replicated")
+
+
+def under_min_isr(inputs: Inputs) -> DataFrame:
+    """Windows with ISR < min.insync.replicas in force, evaluated at every partition change and every change of
+    a min.insync.replicas config that applies to the partition."""
+    parts = inputs.history("partitions")
+    mir = (inputs.history("configs").filter(F.col("name") == "min.insync.replicas")
+           .withColumn("_v", F.col("value").try_cast("int")))
+    # evaluation points: each partition version, each deletion, each min.insync.replicas boundary
+    points = parts.select(*PARTITION, F.col("valid_from_offset").alias("at"), F.col("valid_from").alias("at_time"))
+    points = points.unionByName(parts.filter(F.col("ended_by") == "delete").select(
+        *PARTITION, F.col("valid_to_offset").alias("at"), F.col("valid_to").alias("at_time")))
+    bounds = mir.select("cluster_id", "resource_type", "resource_name", F.col("valid_from_offset").alias("at"),
+                        F.col("valid_from").alias("at_time")).unionByName(
+        mir.filter(F.col("valid_to_offset").isNotNull()).select(
+            "cluster_id", "resource_type", "resource_name", F.col("valid_to_offset").alias("at"),
+            F.col("valid_to").alias("at_time")))
+    live = parts.select(F.col("cluster_id").alias("_pc"), "topic_id", "partition_id", "topic_name", "leader",
+                        F.col("valid_from_offset").alias("_f"), F.col("valid_to_offset").alias("_t"))
+    affected = (bounds.join(live, (F.col("_pc") == F.col("cluster_id")) & (F.col("_f") <= F.col("at"))
+                            & (F.col("_t").isNull() | (F.col("_t") > F.col("at"))))
+                .filter(((F.col("resource_type") == 2) & (F.col("resource_name") == F.col("topic_name")))
+                        | ((F.col("resource_type") == 4)
+                           & F.col("resource_name").isin(F.lit(""), F.col("leader").cast("string"))))
+                .select(*PARTITION, "at", "at_time"))
+    points = points.unionByName(affected).distinct()
+    # the partition and the configs as of each point
+    state = parts.select(*[F.col(c).alias(f"_s_{c}") for c in PARTITION], F.col("valid_from_offset").alias("_sf"),
+                         F.col("valid_to_offset").alias("_st"), F.col("topic_name").alias("_name"),
+                         F.size("isr").alias("_isr"), F.col("leader").alias("_leader"))
+    j = points.join(state, [F.col(c) == F.col(f"_s_{c}") for c in PARTITION]
+                    + [F.col("_sf") <= F.col("at"), F.col("_st").isNull() | (F.col("_st") > F.col("at"))], "left")
+
+    def config(df: DataFrame, label: str, rtype: int, name: Column) -> DataFrame:
+        c = mir.select(F.col("cluster_id").alias(f"_{label}_c"), F.col("resource_type").alias(f"_{label}_t"),
+                       F.col("resource_name").alias(f"_{label}_n"), F.col("valid_from_offset").alias(f"_{label}_f"),
+                       F.col("valid_to_offset").alias(f"_{label}_to"), F.col("_v").alias(f"_{label}_v"))
+        return df.join(c, (F.col(f"_{label}_c") == F.col("cluster_id")) & (F.col(f"_{label}_t") == rtype)
+                       & (F.col(f"_{label}_n") == name) & (F.col(f"_{label}_f") <= F.col("at"))
+                       & (F.col(f"_{label}_to").isNull() | (F.col(f"_{label}_to") > F.col("at"))), "left")
+
+    j = config(config(config(j, "topic", 2, F.col("_name")), "broker", 4, F.col("_leader").cast("string")),
+               "cluster", 4, F.lit(""))
+    j = j.withColumn("_mir", F.coalesce("_topic_v", "_broker_v", "_cluster_v", F.lit(1))).withColumn(
+        "_source", F.when(F.col("_topic_v").isNotNull(), "topic").when(F.col("_broker_v").isNotNull(), "broker")
+        .when(F.col("_cluster_v").isNotNull(), "cluster_default").otherwise("kafka_default"))
+    j = j.withColumn("_flag", F.col("_sf").isNotNull() & (F.col("_isr") < F.col("_mir")))
+    w = Window.partitionBy(*PARTITION).orderBy("at")
+    backwards = Window.partitionBy(*PARTITION).orderBy(F.col("at").desc())
+    j = (j.withColumn("_start", F.col("_flag") & ~F.coalesce(F.lag("_flag").over(w), F.lit(False)))
+         .withColumn("_island", F.sum(F.col("_start").cast("int")).over(w.rowsBetween(*RUNNING)))
+         .withColumn("_end", F.when(~F.col("_flag"), F.struct(F.col("at").alias("o"), F.col("at_time").alias("t"))))
+         .withColumn("_next_end", F.last("_end", ignorenulls=True).over(backwards.rowsBetween(*RUNNING))))
+    grouped = j.filter("_flag").groupBy(*PARTITION, "_island").agg(
+        F.first("_name").alias("topic_name"), F.min("at").alias("_from"), F.min("at_time").alias("_from_time"),
+        F.min_by("_next_end", "at").alias("_e"), F.min_by("_mir", "at").alias("min_insync_replicas"),
+        F.min_by("_source", "at").alias("config_source"), F.min("_isr").alias("min_isr_size"))
+    grouped = grouped.withColumn("_to", F.col("_e.o")).withColumn("_to_time", F.col("_e.t"))
+    return select_table(window_columns(inputs, grouped), "under_min_isr")
+
+
+def reassignments(inputs: Inputs) -> DataFrame:
+    p = with_previous(inputs.history("partitions"), PARTITION)
+    w = Window.partitionBy(*PARTITION).orderBy("valid_from_offset")
+    p = p.withColumn("_next_replicas", F.lead("replicas").over(w))
+    moving = (F.size("adding_replicas") + F.size("removing_replicas")) > 0
+    flagged = islands(p, PARTITION, moving)
+    start = "valid_from_offset"
+    grouped = flagged.groupBy(*PARTITION, "_island").agg(
+        F.first("topic_name").alias("topic_name"), F.min(start).alias("_from"), F.min("valid_from").alias("_from_time"),
+        F.max_by("valid_to_offset", start).alias("_to"), F.max_by("valid_to", start).alias("_to_time"),
+        F.max_by("ended_by", start).alias("_ended_by"), F.max_by("_next_replicas", start).alias("final_replicas"),
+        F.min_by("replicas", start).alias("_replicas"), F.min_by("adding_replicas", start).alias("adding_replicas"),
+        F.min_by("removing_replicas", start).alias("removing_replicas"))
+    original = F.filter("_replicas", lambda r: ~F.array_contains("adding_replicas", r))
+    target = F.filter("_replicas", lambda r: ~F.array_contains("removing_replicas", r))
+    status = (F.when(F.col("_to").isNull(), "open").when(F.col("_ended_by") == "delete", "deleted")
+              .when(F.array_sort("final_replicas") == F.array_sort(target), "completed").otherwise("cancelled"))
+    out = window_columns(inputs, grouped.withColumn("original_replicas", original)
+                         .withColumn("target_replicas", target).withColumn("status", status))
+    return select_table(out, "reassignments")
+
+
+# -- brokers, controllers, voters, features ---------------------------------------------------------------
+
+def broker_lifecycle(inputs: Inputs) -> DataFrame:
+    keys = ["cluster_id", "broker_id"]
+    b = at_start(inputs, with_previous(inputs.history("brokers"), keys))
+    registered = F.col("_prev").isNull() | (F.col("broker_epoch") != F.col("_prev.broker_epoch"))
+    same = ~registered
+    here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"), "fenced": F.col("fenced")}
+    events = explode_events(b, [
+        (registered & F.col("_at_start"), {**here, "event": F.lit("present_at_start")}),
+        (registered & ~F.col("_at_start"), {**here, "event": F.lit("register")}),
+        (same & F.col("fenced") & ~F.col("_prev.fenced"), {**here, "event": F.lit("fence")}),
+        (same & ~F.col("fenced") & F.col("_prev.fenced"), {**here, "event": F.lit("unfence")}),
+        (same & F.col("in_controlled_shutdown") & ~F.col("_prev.in_controlled_shutdown"),
+         {**here, "event": F.lit("controlled_shutdown")}),
+        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
+                                         "fenced": F.lit(None).cast("boolean"), "event": F.lit("unregister")}),
+    ])
+    return select_table(events, "broker_lifecycle")
+
+
+def broker_fenced_periods(inputs: Inputs) -> DataFrame:
+    keys = ["cluster_id", "broker_id"]
+    b = with_previous(inputs.history("brokers"), keys)
+    registered = F.col("_prev").isNull() | (F.col("broker_epoch") != F.col("_prev.broker_epoch"))
+    reason = (F.when(registered, "startup").when(F.col("in_controlled_shutdown"), "controlled_shutdown")
+              .otherwise("fenced"))
+    flagged = islands(b.withColumn("_reason", reason), keys, F.col("fenced"))
+    start = "valid_from_offset"
+    grouped = flagged.groupBy(*keys, "_island").agg(
+        F.min(start).alias("_from"), F.min("valid_from").alias("_from_time"),
+        F.max_by("valid_to_offset", start).alias("_to"), F.max_by("valid_to", start).alias("_to_time"),
+        F.min_by("_reason", start).alias("reason"))
+    hour = Window.partitionBy(*keys).orderBy(F.unix_seconds("_from_time")).rangeBetween(-3600, 0)
+    grouped = grouped.withColumn("fences_last_hour", F.sum((F.col("reason") == "fenced").cast("int")).over(hour))
+    out = window_columns(inputs, grouped).withColumn("flapping", F.col("fences_last_hour") >= 3)
+    return select_table(out, "broker_fenced_periods")
+
+
+def controller_leadership(inputs: Inputs) -> DataFrame:
+    log = inputs.table("records").filter(F.col("source") == "log")
+    epochs = log.groupBy("cluster_id", F.col("batch_epoch").alias("epoch")).agg(
+        F.min("log_offset").alias("from_offset"), F.min_by("timestamp", "log_offset").alias("from_time"),
+        F.max("log_offset").alias("to_offset"), F.max_by("timestamp", "log_offset").alias("to_time"),
+        F.count(F.lit(1)).alias("records"))
+    lc = (inputs.table("leader_change").filter(F.col("source") == "log")
+          .groupBy("cluster_id", F.col("batch_epoch").alias("epoch")).agg(
+              F.min_by(F.struct("leader_id", "voters", "granting_voters"), "log_offset").alias("_lc")))
+    j = epochs.join(lc, ["cluster_id", "epoch"], "left")
+    w = Window.partitionBy("cluster_id").orderBy("epoch")
+    j = (j.withColumn("leader_id", F.coalesce(F.col("_lc.leader_id"), F.lit(-1)))
+         .withColumn("voters", F.transform("_lc.voters", lambda v: v["voter_id"]))
+         .withColumn("granting_voters", F.transform("_lc.granting_voters", lambda v: v["voter_id"]))
+         .withColumn("previous_epoch", F.lag("epoch").over(w))
+         .withColumn("previous_leader_id", F.lag("leader_id").over(w))
+         .withColumn("failover_seconds", seconds_between(F.lag("to_time").over(w), F.col("from_time"))))
+    return select_table(j, "controller_leadership")
+
+
+def voter_changes(inputs: Inputs) -> DataFrame:
+    keys = ["cluster_id", "voter_id"]
+    vh = inputs.history("voters")
+    v = at_start(inputs, with_previous(vh, keys))
+    endpoints = F.transform("endpoints", lambda e: F.concat(e["name"], F.lit("://"), e["host"], F.lit(":"),
+                                                            e["port"].cast("string")))
+    here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from")}
+    events = explode_events(v, [
+        (F.col("_prev").isNull() & F.col("_at_start"), {**here, "change": F.lit("present_at_start")}),
+        (F.col("_prev").isNull() & ~F.col("_at_start"), {**here, "change": F.lit("added")}),
+        (F.col("_prev").isNotNull(), {**here, "change": F.lit("updated")}),
+        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
+                                         "change": F.lit("removed")}),
+    ]).withColumn("endpoints", endpoints)
+    sets = vh.select(F.col("cluster_id").alias("_c"), F.col("voter_id").alias("_v"),
+                     F.col("valid_from_offset").alias("_f"), F.col("valid_to_offset").alias("_t"))
+    points = events.select("cluster_id", "offset").distinct()
+    after = (points.join(sets, (F.col("_c") == F.col("cluster_id")) & (F.col("_f") <= F.col("offset"))
+                         & (F.col("_t").isNull() | (F.col("_t") > F.col("offset"))), "left")
+             .groupBy("cluster_id", "offset").agg(F.array_sort(F.collect_set("_v")).alias("voters_after")))
+    return select_table(events.join(after, ["cluster_id", "offset"], "left"), "voter_changes")
+
+
+def feature_changes(inputs: Inputs) -> DataFrame:
+    f = at_start(inputs, with_previous(inputs.history("features"), ["cluster_id", "name"]))
+    here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"),
+            "from_level": F.col("_prev.level"), "to_level": F.col("level"),
+            "from_version": F.col("_prev.version_name"), "to_version": F.col("version_name")}
+    first = F.col("_prev").isNull()
+    events = explode_events(f, [
+        (first & F.col("_at_start"), {**here, "change": F.lit("present_at_start")}),
+        (first & ~F.col("_at_start"), {**here, "change": F.lit("finalized")}),
+        (~first & (F.col("level") > F.col("_prev.level")), {**here, "change": F.lit("upgrade")}),
+        (~first & (F.col("level") < F.col("_prev.level")), {**here, "change": F.lit("downgrade")}),
+        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
+                                         "from_level": F.col("level"), "from_version": F.col("version_name"),
+                                         "change": F.lit("removed")}),
+    ]).withColumn("feature", F.col("name"))
+    return select_table(events, "feature_changes")
+
+
+def zk_migration(inputs: Inputs) -> DataFrame:
+    z = with_previous(inputs.history("zk_migration_state"), ["cluster_id"])
+    z = z.filter(F.col("_prev").isNull() | (F.col("_prev.state") != F.col("state")))
+    return select_table(z.select("cluster_id", F.col("valid_from_offset").alias("offset"),
+                                 F.col("valid_from").alias("timestamp"), F.col("_prev.state_name").alias("from_state"),
+                                 F.col("state_name").alias("to_state")), "zk_migration")
+
+
+# -- topics, configs, quotas, ACLs, SCRAM ---------------------------------------------------------------------
+
+def topic_lifecycle(inputs: Inputs) -> DataFrame:
+    topics = at_start(inputs, inputs.history("topics"))
+    first = topics.groupBy("cluster_id", "topic_id").agg(
+        F.min("valid_from_offset").alias("_created"), F.min("valid_from").alias("_created_time"),
+        F.min_by("name", "valid_from_offset").alias("topic_name"),
+        F.min_by("_at_start", "valid_from_offset").alias("_at_start"))
+    by_name = Window.partitionBy("cluster_id", "topic_name").orderBy("_created")
+    first = first.withColumn("previous_topic_id", F.lag("topic_id").over(by_name))
+    # partitions appear in the batch that creates the topic, or later in batches that add partitions
+    records = inputs.table("records").filter(F.col("source") == "log").select(
+        "cluster_id", F.col("log_offset").alias("valid_from_offset"), "batch_base_offset")
+    born = (inputs.history("partitions").groupBy("cluster_id", "topic_id", "partition_id")
+            .agg(F.min("valid_from_offset").alias("valid_from_offset"), F.min("valid_from").alias("_t"))
+            .join(records, ["cluster_id", "valid_from_offset"], "left")
+            .withColumn("_batch", F.coalesce("batch_base_offset", "valid_from_offset")))
+    created_batch = first.join(records.withColumnRenamed("valid_from_offset", "_created"), ["cluster_id", "_created"],
+                               "left").withColumn("_cbatch", F.coalesce("batch_base_offset", "_created"))
+    groups = (born.groupBy("cluster_id", "topic_id", "_batch")
+              .agg(F.count(F.lit(1)).alias("_n"), F.min("valid_from_offset").alias("_o"), F.min("_t").alias("_ot")))
+    w = Window.partitionBy("cluster_id", "topic_id").orderBy("_batch")
+    groups = (groups.withColumn("partitions_after", F.sum("_n").over(w.rowsBetween(*RUNNING)))
+              .withColumn("partitions_before", F.col("partitions_after") - F.col("_n")))
+    g = groups.join(created_batch.select("cluster_id", "topic_id", "_cbatch", "topic_name"),
+                    ["cluster_id", "topic_id"], "left")
+    added = g.filter(F.col("_batch") != F.col("_cbatch")).select(
+        "cluster_id", F.col("_o").alias("offset"), F.col("_ot").alias("timestamp"), "topic_id", "topic_name",
+        F.lit("partitions_added").alias("event"), "partitions_before", "partitions_after")
+    initial = g.filter(F.col("_batch") == F.col("_cbatch")).select(
+        "cluster_id", "topic_id", F.col("partitions_after").alias("_initial"))
+    created = first.join(initial, ["cluster_id", "topic_id"], "left").select(
+        "cluster_id", F.col("_created").alias("offset"), F.col("_created_time").alias("timestamp"), "topic_id",
+        "topic_name", F.when(F.col("_at_start"), "present_at_start").otherwise("create").alias("event"),
+        F.lit(0).alias("partitions_before"), F.coalesce("_initial", F.lit(0)).alias("partitions_after"),
+        (F.col("previous_topic_id").isNotNull() & ~F.col("_at_start")).alias("name_reused"), "previous_topic_id")
+    counts = groups.groupBy("cluster_id", "topic_id").agg(F.max("partitions_after").alias("_count"))
+    deleted = (topics.filter(F.col("ended_by") == "delete").join(counts, ["cluster_id", "topic_id"], "left")
+               .select("cluster_id", F.col("valid_to_offset").alias("offset"), F.col("valid_to").alias("timestamp"),
+                       "topic_id", F.col("name").alias("topic_name"), F.lit("delete").alias("event"),
+                       F.col("_count").alias("partitions_before"), F.lit(0).alias("partitions_after")))
+    out = created.unionByName(added, allowMissingColumns=True).unionByName(deleted, allowMissingColumns=True)
+    return select_table(out, "topic_lifecycle")
+
+
+def _value_changes(inputs: Inputs, kind: str, keys: list[str], value: str) -> DataFrame:
+    """Set / update / delete rows (with old and new values) of a simple keyed history."""
+    h = at_start(inputs, with_previous(inputs.history(kind), ["cluster_id", *keys]))
+    here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"),
+            "old_value": F.col(f"_prev.{value}"), "new_value": F.col(value)}
+    first = F.col("_prev").isNull()
+    return explode_events(h, [
+        (first & F.col("_at_start"), {**here, "change": F.lit("present_at_start")}),
+        (first & ~F.col("_at_start"), {**here, "change": F.lit("set")}),
+        (~first, {**here, "change": F.lit("update")}),
+        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
+                                         "old_value": F.col(value), "new_value": F.lit(None).cast(
+                                             h.schema[value].dataType), "change": F.lit("delete")}),
+    ])
+
+
+def config_changes(inputs: Inputs) -> DataFrame:
+    from kraftlog.wire.redact import REDACTED
+
+    c = _value_changes(inputs, "configs", ["resource_type", "resource_name", "name"], "value")
+    c = (c.withColumn("resource_type", enum_name("configResourceType", F.col("resource_type")))
+         .withColumn("redacted", (F.col("old_value") == REDACTED) | (F.col("new_value") == REDACTED)))
+    return select_table(c.withColumn("redacted", F.coalesce("redacted", F.lit(False))), "config_changes")
+
+
+def quota_changes(inputs: Inputs) -> DataFrame:
+    q = _value_changes(inputs, "client_quotas", ["entity", "key"], "value")
+    parts = F.from_json("entity", "array<array<string>>")
+    text = F.concat_ws(",", F.transform(parts, lambda e: F.concat(
+        F.get(e, 0), F.lit("="), F.coalesce(F.get(e, 1), F.lit("<default>")))))
+    return select_table(q.withColumn("entity_text", text), "quota_changes")
+
+
+def acl_changes(inputs: Inputs) -> DataFrame:
+    a = at_start(inputs, with_previous(inputs.history("acls"), ["cluster_id", "acl_id"]))
+    here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from")}
+    first = F.col("_prev").isNull()
+    events = explode_events(a, [
+        (first & F.col("_at_start"), {**here, "change": F.lit("present_at_start")}),
+        (first & ~F.col("_at_start"), {**here, "change": F.lit("created")}),
+        (~first, {**here, "change": F.lit("updated")}),
+        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
+                                         "change": F.lit("deleted")}),
+    ])
+    events = (events.withColumn("resource_type", enum_name("aclResourceType", F.col("resource_type")))
+              .withColumn("pattern_type", enum_name("aclPatternType", F.col("pattern_type")))
+              .withColumn("operation", enum_name("aclOperation", F.col("operation")))
+              .withColumn("permission", enum_name("aclPermissionType", F.col("permission_type"))))
+    return select_table(events, "acl_changes")
+
+
+def scram_changes(inputs: Inputs) -> DataFrame:
+    s = at_start(inputs, with_previous(inputs.history("scram_users"), ["cluster_id", "mechanism", "name"]))
+    here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"),
+            "iterations_before": F.col("_prev.iterations"), "iterations": F.col("iterations"),
+            "credential_changed": F.lit(True)}
+    first = F.col("_prev").isNull()
+    events = explode_events(s, [
+        (first & F.col("_at_start"), {**here, "change": F.lit("present_at_start"),
+                                      "credential_changed": F.lit(False)}),
+        (first & ~F.col("_at_start"), {**here, "change": F.lit("created")}),
+        (~first, {**here, "change": F.lit("updated"),
+                  "credential_changed": F.col("credential_hash") != F.col("_prev.credential_hash")}),
+        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
+                                         "iterations_before": F.col("iterations"),
+                                         "iterations": F.lit(None).cast("int"), "change": F.lit("deleted")}),
+    ])
+    events = events.withColumn("user", F.col("name")).withColumn("mechanism",
+                                                                 enum_name("scramMechanism", F.col("mechanism")))
+    return select_table(events, "scram_changes")
+
+
+# -- the log itself -------------------------------------------------------------------------------------------
+
+def log_health(inputs: Inputs) -> DataFrame:
+    hour = F.date_trunc("hour", F.col("timestamp"))
+    log = inputs.table("records").filter(F.col("source") == "log").withColumn("hour", hour)
+    per_type = (log.groupBy("cluster_id", "hour", "record_type").count()
+                .groupBy("cluster_id", "hour").agg(F.map_from_entries(F.collect_list(
+                    F.struct(F.coalesce("record_type", F.lit("unknown")), "count"))).alias("records_by_type")))
+    volume = log.groupBy("cluster_id", "hour").agg(
+        F.count(F.lit(1)).alias("records"),
+        F.sum((F.col("record_type") == "NO_OP_RECORD").cast("long")).alias("noop_records"),
+        F.sum(F.col("is_control").cast("long")).alias("control_records"),
+        F.countDistinct("batch_base_offset").alias("batches"))
+    crc = (inputs.table("batches").filter(~F.col("crc_valid"))
+           .groupBy("cluster_id", F.date_trunc("hour", F.col("max_timestamp")).alias("hour"))
+           .agg(F.count(F.lit(1)).alias("crc_failures")))
+    divergent = (inputs.table("divergence")
+                 .groupBy("cluster_id", F.date_trunc("hour", F.col("loser_timestamp")).alias("hour"))
+                 .agg(F.count(F.lit(1)).alias("divergent_records")))
+    snaps = (_snapshot_files(inputs).groupBy("cluster_id", "snapshot_id")
+             .agg(F.max("timestamp").alias("timestamp"), F.max("bytes").alias("bytes"))
+             .groupBy("cluster_id", F.date_trunc("hour", F.col("timestamp")).alias("hour"))
+             .agg(F.count(F.lit(1)).alias("snapshots"), F.sum("bytes").alias("snapshot_bytes")))
+    out = volume.join(per_type, ["cluster_id", "hour"], "left")
+    for extra in (crc, divergent, snaps):
+        out = out.join(extra, ["cluster_id", "hour"], "full_outer")
+    zero = ["records", "noop_records", "control_records", "batches", "crc_failures", "divergent_records",
+            "snapshots", "snapshot_bytes"]
+    out = out.fillna(0, subset=zero).withColumn(
+        "noop_share", F.when(F.col("records") > 0, F.col("noop_records") / F.col("records")))
+    return select_table(out.filter(F.col("hour").isNotNull()), "log_health")
+
+
+def _snapshot_files(inputs: Inputs) -> DataFrame:
+    """The latest ledger row of every snapshot file, with its header time."""
+    files = inputs.table("files").filter(F.col("file_kind") == "snapshot")
+    latest = files.groupBy("path").agg(F.max_by(F.struct(*files.columns), "ingested_at").alias("f")).select("f.*")
+    headers = (inputs.table("snapshot_header").filter(F.col("source") == "snapshot")
+               .groupBy("cluster_id", "snapshot_id").agg(F.max("last_contained_log_timestamp").alias("_ms")))
+    return (latest.join(headers, ["cluster_id", "snapshot_id"], "left")
+            .select("cluster_id", "node_id", "snapshot_id", F.col("size").alias("bytes"), "records",
+                    F.col("deleted_snapshot").alias("deleted"),
+                    (F.split("snapshot_id", "-").getItem(0).try_cast("long") - 1).alias("offset"),
+                    F.timestamp_millis("_ms").alias("timestamp")))
+
+
+def snapshots(inputs: Inputs) -> DataFrame:
+    s = _snapshot_files(inputs).filter(F.col("offset").isNotNull())
+    w = Window.partitionBy("cluster_id", "node_id").orderBy("offset", "snapshot_id")
+    s = (s.withColumn("offsets_since_previous", F.col("offset") - F.lag("offset").over(w))
+         .withColumn("seconds_since_previous", seconds_between(F.lag("timestamp").over(w), F.col("timestamp"))))
+    return select_table(s, "snapshots")
+
+
+def log_gaps(inputs: Inputs) -> DataFrame:
+    log = inputs.table("records").filter(F.col("source") == "log").select("cluster_id", "log_offset")
+    w = Window.partitionBy("cluster_id").orderBy("log_offset")
+    gaps = (log.withColumn("_prev", F.lag("log_offset").over(w))
+            .filter(F.col("log_offset") > F.col("_prev") + 1)
+            .select("cluster_id", (F.col("_prev") + 1).alias("from_offset"),
+                    (F.col("log_offset") - 1).alias("to_offset"),
+                    (F.col("log_offset") - F.col("_prev") - 1).alias("missing")))
+    return select_table(gaps, "log_gaps")
+
+
+BUILDERS: dict[str, Callable[[Inputs], DataFrame]] = {
+    "leader_elections": leader_elections, "isr_changes": isr_changes, "under_replicated": under_replicated,
+    "under_min_isr": under_min_isr, "broker_lifecycle": broker_lifecycle,
+    "broker_fenced_periods": broker_fenced_periods, "controller_leadership": controller_leadership,
+    "voter_changes": voter_changes, "feature_changes": feature_changes, "zk_migration": zk_migration,
+    "reassignments": reassignments, "topic_lifecycle": topic_lifecycle, "config_changes": config_changes,
+    "quota_changes": quota_changes, "acl_changes": acl_changes, "scram_changes": scram_changes,
+    "log_health": log_health, "snapshots": snapshots, "log_gaps": log_gaps,
+}

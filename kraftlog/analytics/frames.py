@@ -1,0 +1,51 @@
+"""The warehouse's Delta tables as pandas frames, without Spark (delta-rs): for notebooks and small clusters.
+
+On a large warehouse read the same tables with Spark (``spark.read.format("delta").load(path)``) or
+``kraftlog.spark.store.open_store``; the filters here are pushed down to the Parquet files either way.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+from deltalake import DeltaTable
+
+DEFAULT_WAREHOUSE = "warehouse"
+
+
+def warehouse_path(default: str = DEFAULT_WAREHOUSE) -> Path:
+    """The warehouse a notebook reads: ``$KRAFTLOG_WAREHOUSE``, else ``default`` (relative to the project)."""
+    return Path(os.environ.get("KRAFTLOG_WAREHOUSE", default)).expanduser().resolve()
+
+
+def read_table(warehouse: str | Path, name: str, cluster: str | None = None,
+               columns: list[str] | None = None) -> pd.DataFrame:
+    """Table ``name`` of the warehouse (only ``cluster``'s rows if given) as a pandas frame."""
+    path = Path(warehouse) / name
+    if not (path / "_delta_log").is_dir():
+        raise FileNotFoundError(f"{path}: no Delta table (run `kraftlog ingest`, `reconstruct` and `analyze` first)")
+    filters = [("cluster_id", "=", cluster)] if cluster is not None else None
+    return DeltaTable(str(path)).to_pandas(columns=columns, filters=filters)
+
+
+def clusters(warehouse: str | Path) -> list[str]:
+    """The clusters whose histories were built (``replay_ranges``)."""
+    return sorted(read_table(warehouse, "replay_ranges", columns=["cluster_id"])["cluster_id"])
+
+
+def state_at(warehouse: str | Path, kind: str, cluster: str, offset: int) -> pd.DataFrame:
+    """The versions of entity ``kind`` (brokers, partitions, ...) valid at ``offset`` (inclusive)."""
+    h = read_table(warehouse, f"{kind}_history", cluster)
+    alive = (h["valid_from_offset"] <= offset) & (h["valid_to_offset"].isna() | (h["valid_to_offset"] > offset))
+    return h[alive].drop(columns=["valid_to_offset", "valid_to", "ended_by"]).reset_index(drop=True)
+
+
+def offset_at(warehouse: str | Path, cluster: str, when: pd.Timestamp | str) -> int:
+    """The last log offset whose record time is at or before ``when`` (-1 if none)."""
+    t = pd.Timestamp(when)
+    t = t.tz_localize("UTC") if t.tzinfo is None else t
+    r = read_table(warehouse, "records", cluster, ["source", "log_offset", "timestamp"])
+    r = r[(r["source"] == "log") & (r["timestamp"] <= t)]
+    return int(r["log_offset"].max()) if len(r) else -1

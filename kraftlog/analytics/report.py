@@ -1,0 +1,384 @@
+"""``kraftlog report``: one self-contained HTML page (tables and matplotlib plots) for one cluster and period.
+
+The event tables are read with Spark, filtered to the cluster and the period on the executors, and only
+those rows are brought to the driver (as pandas) to be drawn; plots are embedded as base64 PNGs, so the
+file can be mailed or attached to an incident ticket as is.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from kraftlog.analytics.definitions import event_tables
+from kraftlog.spark.history import built_clusters, choose_cluster
+from kraftlog.spark.store import TableStore
+
+MAX_ROWS = 200  # rows shown per table; the rest is counted
+
+
+@dataclass
+class Period:
+    """The part of the log a report covers (either end open)."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def text(self) -> str:
+        def fmt(t: datetime | None, other: str) -> str:
+            return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if t else other
+
+        return f"{fmt(self.start, 'the start of the log')} to {fmt(self.end, 'the end of the log')}"
+
+
+def _in_period(df: DataFrame, period: Period) -> DataFrame:
+    """Rows of an event table that touch the period: point events by time, windows by overlap."""
+    cols = set(df.columns)
+    if "timestamp" in cols:
+        start_col, end_col = F.col("timestamp"), F.col("timestamp")
+    elif "from_time" in cols:
+        start_col, end_col = F.col("from_time"), F.col("to_time")
+    elif "hour" in cols:
+        start_col, end_col = F.col("hour"), F.col("hour") + F.expr("INTERVAL 1 HOUR")
+    else:
+        return df
+    if period.start is not None:
+        df = df.filter(end_col.isNull() | (end_col >= F.lit(period.start)))
+    if period.end is not None:
+        df = df.filter(start_col <= F.lit(period.end))
+    return df
+
+
+def report_frames(store: TableStore, cluster_id: str, period: Period) -> dict[str, pd.DataFrame]:
+    """The event rows of one cluster in the period, as pandas frames by table name."""
+    out = {}
+    for name, table in event_tables().items():
+        df = _in_period(store.read(table).filter(F.col("cluster_id") == cluster_id), period).drop("cluster_id")
+        out[name] = df.toPandas()
+    return out
+
+
+@dataclass
+class Report:
+    cluster_id: str
+    period: Period
+    frames: dict[str, pd.DataFrame]
+    generated: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def html(self) -> str:
+        return render(self)
+
+
+def build_report(store: TableStore, cluster: str | None, period: Period) -> Report:
+    """The report of ``cluster`` (its id, or the only cluster built) over ``period``."""
+    cluster_id = choose_cluster(sorted(built_clusters(store)), cluster)
+    return Report(cluster_id, period, report_frames(store, cluster_id, period))
+
+
+def report_name(cluster_id: str) -> str:
+    """A file name for a cluster's report (``source:id`` cluster ids hold a colon)."""
+    return "report-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in cluster_id) + ".html"
+
+
+def write_report(report: Report, out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report.html(), encoding="utf-8")
+    return out
+
+
+# -- rendering -------------------------------------------------------------------------------------------------
+
+def _png(draw: Callable[[object], None], height: float = 3.2) -> str:
+    """An ``<img>`` of a matplotlib figure drawn by ``draw(ax)``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, height), dpi=100)
+    try:
+        draw(ax)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+    finally:
+        plt.close(fig)
+    return f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def _table(df: pd.DataFrame, columns: list[str], sort: list[str] | None = None, ascending: bool = True) -> str:
+    if df.empty:
+        return '<p class="none">No rows.</p>'
+    if sort:
+        df = df.sort_values(sort, ascending=ascending)
+    view = df[[c for c in columns if c in df.columns]]
+    more = len(view) - MAX_ROWS
+    view = view.head(MAX_ROWS).copy()
+    for c in view.columns:
+        if pd.api.types.is_datetime64_any_dtype(view[c]):
+            view[c] = view[c].dt.strftime("%Y-%m-%d %H:%M:%S.%f").str[:-3]
+        elif view[c].dtype == object:
+            view[c] = view[c].map(_cell)
+    text = view.to_html(index=False, escape=True, na_rep="", border=0, classes="rows", float_format=_number)
+    return text + (f'<p class="more">… and {more} more rows (query the table for all).</p>' if more > 0 else "")
+
+
+def _number(x: float) -> str:
+    return f"{int(x)}" if float(x).is_integer() else f"{x:.6g}"
+
+
+def _cell(v: object) -> object:
+    if v is None:
+        return ""
+    if hasattr(v, "tolist"):  # numpy arrays: list columns
+        v = v.tolist()
+    if isinstance(v, list | tuple):
+        return ", ".join(str(i) for i in v)
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {x}" for k, x in v.items())
+    return v
+
+
+def _count(df: pd.DataFrame, **equal: object) -> int:
+    for k, v in equal.items():
+        df = df[df[k] == v]
+    return len(df)
+
+
+def _changes(df: pd.DataFrame) -> pd.DataFrame:
+    """Changes, without the rows that only say what was there when the histories begin."""
+    return df[df["change"] != "present_at_start"] if "change" in df.columns else df
+
+
+def _summary(f: dict[str, pd.DataFrame]) -> list[tuple[str, str, bool]]:
+    """(label, value, alarming) cards."""
+    e, health = f["leader_elections"], f["log_health"]
+    unclean = _count(e, clean=False)
+    flapping = f["broker_fenced_periods"]
+    flapping_brokers = sorted(set(flapping[flapping["flapping"]]["broker_id"])) if not flapping.empty else []
+    epochs = f["controller_leadership"]
+    reassign = f["reassignments"]
+    open_reassign = int(reassign["open"].sum()) if not reassign.empty else 0
+    return [
+        ("Log records", f"{int(health['records'].sum()) if not health.empty else 0:,}", False),
+        ("Leader elections", f"{len(e):,}", False),
+        ("Unclean elections", str(unclean), unclean > 0),
+        ("ISR shrinks", f"{_count(f['isr_changes'], kind='shrink'):,}", False),
+        ("Under min ISR windows", str(len(f["under_min_isr"])), len(f["under_min_isr"]) > 0),
+        ("Broker fences", str(_count(flapping, reason="fenced")), False),
+        ("Flapping brokers", ", ".join(map(str, flapping_brokers)) or "none", bool(flapping_brokers)),
+        ("Controller failovers", str(int(epochs["previous_epoch"].notna().sum()) if not epochs.empty else 0), False),
+        ("Reassignments (open)", f"{len(reassign)} ({open_reassign})", open_reassign > 0),
+        ("Config changes", str(len(_changes(f["config_changes"]))), False),
+        ("CRC failures", str(int(health["crc_failures"].sum()) if not health.empty else 0),
+         bool(not health.empty and health["crc_failures"].sum() > 0)),
+        ("Offset gaps", str(len(f["log_gaps"])), len(f["log_gaps"]) > 0),
+    ]
+
+
+def _timeline(f: dict[str, pd.DataFrame]) -> Callable[[object], None]:
+    """Every event as a dot on one time axis, a row per category."""
+    lanes: list[tuple[str, pd.Series]] = []
+    e = f["leader_elections"]
+    for kind in ["unclean", "offline", "failover", "controlled_shutdown", "elr", "reassignment", "preferred"]:
+        lanes.append((f"election: {kind}", e[e["kind"] == kind]["timestamp"] if not e.empty else pd.Series()))
+    isr = f["isr_changes"]
+    lanes.append(("ISR shrink", isr[isr["kind"] != "expand"]["timestamp"] if not isr.empty else pd.Series()))
+    b = f["broker_lifecycle"]
+    for ev in ["register", "fence", "unfence", "controlled_shutdown", "unregister"]:
+        lanes.append((f"broker {ev}", b[b["event"] == ev]["timestamp"] if not b.empty else pd.Series()))
+    lanes.append(("controller epoch", f["controller_leadership"].get("from_time", pd.Series())))
+    for name, label in [("voter_changes", "voter change"), ("feature_changes", "feature change"),
+                        ("topic_lifecycle", "topic lifecycle"), ("config_changes", "config change"),
+                        ("quota_changes", "quota change"), ("acl_changes", "ACL change"),
+                        ("scram_changes", "SCRAM change")]:
+        df = f[name]
+        key = "change" if "change" in df.columns else "event"
+        df = df[df[key] != "present_at_start"] if not df.empty else df
+        lanes.append((label, df.get("timestamp", pd.Series())))
+    lanes.append(("reassignment start", f["reassignments"].get("from_time", pd.Series())))
+    lanes = [(label, s.dropna()) for label, s in lanes if s is not None and len(s.dropna())]
+
+    def draw(ax) -> None:  # type: ignore[no-untyped-def]
+        for i, (label, times) in enumerate(lanes):
+            color = "#c0392b" if label.startswith(("election: unclean", "election: offline")) else "#2c6fbb"
+            ax.scatter(pd.to_datetime(times), [i] * len(times), s=14, color=color, alpha=0.7)
+        ax.set_yticks(range(len(lanes)), [label for label, _ in lanes])
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_xlabel("record time (UTC)")
+        ax.invert_yaxis()
+
+    return draw
+
+
+def _bars(series: pd.Series, xlabel: str, color: str = "#2c6fbb") -> Callable[[object], None]:
+    def draw(ax) -> None:  # type: ignore[no-untyped-def]
+        if series.empty:
+            ax.text(0.5, 0.5, "no events", ha="center", va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+            return
+        ax.barh([str(i) for i in series.index], series.values, color=color)
+        ax.invert_yaxis()
+        ax.set_xlabel(xlabel)
+        for i, v in enumerate(series.values):
+            ax.text(v, i, f" {v}", va="center", fontsize=8)
+
+    return draw
+
+
+def _fenced_gantt(periods: pd.DataFrame) -> Callable[[object], None]:
+    """A bar per fenced period (open ones to the end of the log: ``seconds`` counts to there)."""
+    colors = {"startup": "#95a5a6", "controlled_shutdown": "#f39c12", "fenced": "#c0392b"}
+
+    def draw(ax) -> None:  # type: ignore[no-untyped-def]
+        from matplotlib.patches import Patch
+
+        brokers = sorted(set(periods["broker_id"]))
+        for _, p in periods.iterrows():
+            start = pd.Timestamp(p["from_time"])
+            ax.barh(brokers.index(p["broker_id"]), pd.Timedelta(seconds=float(p["seconds"] or 0)), left=start,
+                    height=0.6, color=colors.get(p["reason"], "#2c6fbb"))
+        ax.set_yticks(range(len(brokers)), [f"broker {b}" for b in brokers])
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(handles=[Patch(color=c, label=r) for r, c in colors.items()], loc="upper left", fontsize=8)
+        ax.set_xlabel("record time (UTC)")
+
+    return draw
+
+
+def _records_per_hour(health: pd.DataFrame) -> Callable[[object], None]:
+    def draw(ax) -> None:  # type: ignore[no-untyped-def]
+        h = health.sort_values("hour")
+        width = 1 / 24 * 0.8
+        ax.bar(h["hour"], h["records"] - h["noop_records"], width=width, label="metadata records", color="#2c6fbb")
+        ax.bar(h["hour"], h["noop_records"], width=width, bottom=h["records"] - h["noop_records"],
+               label="NoOp records", color="#bdc3c7")
+        ax.set_ylabel("records per hour")
+        ax.legend(fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+
+    return draw
+
+
+_CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px 32px;color:#222;max-width:1200px}
+h1{font-size:24px;margin-bottom:4px}
+h2{font-size:19px;margin-top:36px;border-bottom:2px solid #2c6fbb;padding-bottom:4px}
+h3{font-size:15px;margin-top:22px} .meta{color:#666;font-size:13px}
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:16px 0}
+.card{border:1px solid #ddd;border-radius:6px;padding:8px 14px;min-width:140px;background:#fafbfc}
+.card .v{font-size:20px;font-weight:600} .card .l{font-size:12px;color:#666}
+.card.alarm{border-color:#c0392b;background:#fdf0ee}
+.card.alarm .v{color:#c0392b}
+table.rows{border-collapse:collapse;font-size:12px;margin:6px 0} table.rows th{background:#eef3f9;text-align:left}
+table.rows td,table.rows th{padding:3px 8px;border-bottom:1px solid #e5e5e5;vertical-align:top}
+.none,.more{color:#777;font-size:13px;font-style:italic} img{max-width:100%} nav a{margin-right:12px;font-size:13px}
+"""
+
+_SECTIONS = [("elections", "Leader elections"), ("isr", "ISR churn"), ("brokers", "Brokers"),
+             ("controllers", "Controllers and quorum"), ("reassignments", "Reassignments"), ("topics", "Topics"),
+             ("audit", "Configuration audit"), ("health", "Log health")]
+
+
+def render(report: Report) -> str:
+    """The report as one HTML document."""
+    f = report.frames
+    e, isr, periods, health = f["leader_elections"], f["isr_changes"], f["broker_fenced_periods"], f["log_health"]
+    out: list[str] = []
+    w = out.append
+    w(f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>kraftlog report: "
+      f"{html.escape(report.cluster_id)}</title><style>{_CSS}</style></head><body>")
+    w(f"<h1>KRaft metadata report: {html.escape(report.cluster_id)}</h1>")
+    w(f"<p class='meta'>Period: {html.escape(report.period.text())} · generated "
+      f"{report.generated:%Y-%m-%d %H:%M:%S} UTC by kraftlog from the event tables</p>")
+    w("<nav>" + "".join(f"<a href='#{a}'>{t}</a>" for a, t in _SECTIONS) + "</nav>")
+    w("<div class='cards'>" + "".join(
+        f"<div class='card{' alarm' if bad else ''}'><div class='v'>{html.escape(v)}</div>"
+        f"<div class='l'>{html.escape(label)}</div></div>" for label, v, bad in _summary(f)) + "</div>")
+    w("<h3>Everything that happened</h3>" + _png(_timeline(f), 5.5))
+
+    w("<h2 id='elections'>Leader elections</h2>")
+    kinds = e["kind"].value_counts() if not e.empty else pd.Series(dtype=int)
+    w(_png(_bars(kinds, "elections"), 2.4))
+    w("<h3>Unclean and offline</h3>" + _table(e[e["kind"].isin(["unclean", "offline"])] if not e.empty else e, [
+        "timestamp", "offset", "topic_name", "partition_id", "kind", "previous_leader", "leader", "previous_isr",
+        "isr", "leader_epoch", "leader_recovery_state"], ["offset"]))
+    w("<h3>By topic and kind</h3>")
+    w(_table(e.groupby(["topic_name", "kind"]).size().unstack(fill_value=0).rename_axis(columns=None).reset_index()
+             if not e.empty else e,
+             ["topic_name", *sorted(set(e["kind"]))] if not e.empty else []))
+
+    w("<h2 id='isr'>ISR churn</h2>")
+    shrinks = (isr[isr["kind"] != "expand"].groupby("topic_name").size().sort_values(ascending=False).head(15)
+               if not isr.empty else pd.Series(dtype=int))
+    w("<h3>ISR shrinks by topic</h3>" + _png(_bars(shrinks, "shrinks", "#e67e22"), 2.8))
+    w("<h3>Under min.insync.replicas</h3>" + _table(f["under_min_isr"], [
+        "topic_name", "partition_id", "from_time", "to_time", "seconds", "open", "min_isr_size",
+        "min_insync_replicas", "config_source"], ["from_offset"]))
+    ur = f["under_replicated"]
+    w("<h3>Longest under-replicated windows</h3>" + _table(
+        ur.sort_values("seconds", ascending=False).head(25) if not ur.empty else ur,
+        ["topic_name", "partition_id", "from_time", "to_time", "seconds", "open", "min_isr_size", "replicas_count"]))
+
+    w("<h2 id='brokers'>Brokers</h2>")
+    if not periods.empty:
+        w("<h3>Fenced periods</h3>" + _png(_fenced_gantt(periods), 1 + 0.45 * periods["broker_id"].nunique()))
+    w(_table(periods, ["broker_id", "reason", "from_time", "to_time", "seconds", "open", "fences_last_hour",
+                       "flapping"], ["broker_id", "from_offset"]))
+    w("<h3>Lifecycle</h3>" + _table(f["broker_lifecycle"], [
+        "timestamp", "offset", "broker_id", "event", "broker_epoch", "incarnation_id", "fenced"], ["offset"]))
+
+    w("<h2 id='controllers'>Controllers and quorum</h2><h3>Leadership by epoch</h3>")
+    w(_table(f["controller_leadership"], ["epoch", "leader_id", "from_time", "to_time", "from_offset", "to_offset",
+                                          "records", "voters", "granting_voters", "failover_seconds"], ["epoch"]))
+    w("<h3>Voter changes (KIP-853)</h3>" + _table(f["voter_changes"], [
+        "timestamp", "offset", "voter_id", "change", "directory_id", "endpoints", "voters_after"], ["offset"]))
+    w("<h3>Feature changes</h3>" + _table(f["feature_changes"], [
+        "timestamp", "offset", "feature", "change", "from_version", "to_version", "from_level", "to_level"],
+        ["offset"]))
+    w("<h3>ZooKeeper migration (KIP-866)</h3>" + _table(f["zk_migration"], [
+        "timestamp", "offset", "from_state", "to_state"], ["offset"]))
+
+    w("<h2 id='reassignments'>Reassignments</h2>" + _table(f["reassignments"], [
+        "topic_name", "partition_id", "status", "from_time", "to_time", "seconds", "original_replicas",
+        "target_replicas", "final_replicas"], ["from_offset"]))
+
+    w("<h2 id='topics'>Topics</h2>" + _table(f["topic_lifecycle"], [
+        "timestamp", "offset", "topic_name", "topic_id", "event", "partitions_before", "partitions_after",
+        "name_reused", "previous_topic_id"], ["offset"]))
+
+    w("<h2 id='audit'>Configuration audit</h2><p class='meta'>Sensitive values are redacted in the tables. "
+      "Values present when the histories begin are not listed.</p>")
+    w("<h3>Configs</h3>" + _table(_changes(f["config_changes"]), [
+        "timestamp", "offset", "resource_type", "resource_name", "name", "change", "old_value", "new_value"],
+        ["offset"]))
+    w("<h3>Client quotas</h3>" + _table(_changes(f["quota_changes"]), [
+        "timestamp", "offset", "entity_text", "key", "change", "old_value", "new_value"], ["offset"]))
+    w("<h3>ACLs</h3>" + _table(_changes(f["acl_changes"]), [
+        "timestamp", "offset", "change", "principal", "host", "operation", "permission", "resource_type",
+        "resource_name", "pattern_type"], ["offset"]))
+    w("<h3>SCRAM credentials</h3>" + _table(_changes(f["scram_changes"]), [
+        "timestamp", "offset", "user", "mechanism", "change", "iterations_before", "iterations",
+        "credential_changed"], ["offset"]))
+
+    w("<h2 id='health'>Log health</h2>")
+    if not health.empty:
+        w(_png(_records_per_hour(health), 2.8))
+    w(_table(health, ["hour", "records", "noop_records", "noop_share", "control_records", "batches", "crc_failures",
+                      "divergent_records", "snapshots", "snapshot_bytes"], ["hour"]))
+    snaps = f["snapshots"]
+    w("<h3>Snapshots</h3>" + _table(snaps, ["node_id", "snapshot_id", "timestamp", "bytes", "records",
+                                            "offsets_since_previous", "seconds_since_previous", "deleted"],
+                                    ["timestamp", "node_id"], False))
+    w("<h3>Offset gaps</h3>" + _table(f["log_gaps"], ["from_offset", "to_offset", "missing"], ["from_offset"]))
+    w("</body></html>")
+    return "\n".join(out)

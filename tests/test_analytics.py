@@ -1,0 +1,231 @@
+"""Event tables: every scripted event of scenario A (``timeline.md``) in the right table, kind and time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from deltalake import DeltaTable
+
+from kraftlog.analytics.definitions import event_tables
+from kraftlog.analytics.events import BUILDERS
+from kraftlog.spark.store import spark_schema
+
+TOLERANCE_S = 10.0  # record time vs. the wall clock of the command that caused it
+
+
+def wall(ms: int) -> datetime:
+    """A ``start_ms`` / ``end_ms`` of ``timeline.md`` as a UTC time."""
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def near(ts: Any, start_ms: int, end_ms: int | None = None, slack: float = TOLERANCE_S) -> bool:
+    """``ts`` falls in [start, end] of a timeline row, give or take ``slack`` seconds."""
+    t = pd.Timestamp(ts).tz_localize("UTC") if pd.Timestamp(ts).tzinfo is None else pd.Timestamp(ts)
+    lo, hi = wall(start_ms), wall(end_ms or start_ms)
+    return (lo - pd.Timedelta(seconds=slack)) <= t <= (hi + pd.Timedelta(seconds=slack))
+
+
+@pytest.fixture(scope="module")
+def events(sample_events: Any) -> dict[str, pd.DataFrame]:
+    wh, _ = sample_events
+    return {name: DeltaTable(str(wh / name)).to_pandas() for name in event_tables()}
+
+
+def one(df: pd.DataFrame) -> pd.Series:
+    assert len(df) == 1, df
+    return df.iloc[0]
+
+
+def test_every_event_table_is_built_with_its_schema(sample_events: Any) -> None:
+    wh, output = sample_events
+    assert set(BUILDERS) == set(event_tables())
+    assert output.startswith("analyze ") and "event rows" in output
+    for name, table in event_tables().items():
+        dt = DeltaTable(str(wh / name))
+        got = dt.schema().to_arrow()
+        assert [f.name for f in got] == [f.name for f in table.schema], name
+        assert dt.metadata().description, name
+    assert {f.name for f in spark_schema(event_tables()["leader_elections"]).fields} >= {"kind", "leader"}
+
+
+def test_elections(events: dict[str, pd.DataFrame]) -> None:
+    e = events["leader_elections"]
+    fragile = e[e.topic_name == "fragile"].sort_values("offset")
+    # Phase 14: 101 stopped (controlled), 102 stopped (offline), then `--election-type unclean` at 03:13:10.9
+    unclean = one(fragile[fragile.kind == "unclean"])
+    assert near(unclean.timestamp, 1795230790898, 1795230792223)
+    assert (unclean.previous_leader, unclean.leader, list(unclean.previous_isr), unclean.clean) == (-1, 101, [102],
+                                                                                                   False)
+    assert unclean.leader_recovery_state == 1  # RECOVERING
+    assert one(e[~e.clean]).topic_name == "fragile"  # the only unclean election of the run
+    offline = fragile[fragile.kind == "offline"]
+    assert near(offline.timestamp.iloc[0], 1795230770801, 1795230775813)  # SIGTERM of 102, the last ISR member
+    shut = fragile[fragile.kind == "controlled_shutdown"].iloc[0]
+    assert near(shut.timestamp, 1795230758220, 1795230765236) and (shut.previous_leader, shut.leader) == (101, 102)
+    # Phase 13: kafka-leader-election --election-type preferred --all-topic-partitions at 03:12:27.1
+    preferred = e[(e.kind == "preferred") & e.timestamp.map(lambda t: near(t, 1795230747115, 1795230749025, 2))]
+    assert len(preferred) >= 10
+    assert (preferred.leader == preferred.replicas.map(lambda r: r[0])).all()
+    assert "bulk" in set(preferred.topic_name) and "orders" in set(preferred.topic_name)
+
+
+def test_isr_and_under_min_isr(events: dict[str, pd.DataFrame]) -> None:
+    isr = events["isr_changes"]
+    # Phase 12a: broker 102 killed at 03:11:30.2, dropped from every ISR when fenced (session timeout)
+    shrinks = isr[(isr.kind == "shrink") & isr.removed.map(lambda r: list(r) == [102])]
+    first = shrinks.timestamp.min()
+    assert near(first, 1795230690217, 1795230707228)
+    back = isr[(isr.kind == "expand") & isr.added.map(lambda r: 102 in list(r)) & (isr.timestamp > first)]
+    assert near(back.timestamp.min(), 1795230708918, 1795230718017)  # restarted at 03:11:48.9
+    umi = events["under_min_isr"]
+    orders = umi[umi.topic_name == "orders"]
+    assert len(orders) > 0 and set(orders.min_insync_replicas) == {2} and set(orders.config_source) == {"topic"}
+    assert (orders.min_isr_size < 2).all()
+    ur = events["under_replicated"]
+    assert (ur.min_isr_size < ur.replicas_count).all() and (ur[~ur.open].seconds >= 0).all()
+
+
+def test_brokers(events: dict[str, pd.DataFrame]) -> None:
+    b = events["broker_lifecycle"]
+
+    def at(broker: int, event: str, start_ms: int, end_ms: int | None = None) -> pd.Series:
+        rows = b[(b.broker_id == broker) & (b.event == event)]
+        hits = rows[rows.timestamp.map(lambda t: near(t, start_ms, end_ms))]
+        assert len(hits) >= 1, (broker, event, rows)
+        return hits.iloc[0]
+
+    # Phase 12a: kill -9 of 102 at 03:11:30.2: fenced when its session expires, registered again on restart
+    fence = at(102, "fence", 1795230690217, 1795230707228)
+    register = at(102, "register", 1795230708918, 1795230713011)
+    assert register.broker_epoch > fence.broker_epoch and register.fenced
+    at(102, "unfence", 1795230708918, 1795230713011)
+    assert not ((b.broker_id == 102) & (b.event == "controlled_shutdown") & (b.timestamp < register.timestamp)).any()
+    # Phase 12b: SIGTERM of 103 at 03:12:00.0 is a controlled shutdown, then a restart at 03:12:10.8
+    at(103, "controlled_shutdown", 1795230720030, 1795230726051)
+    at(103, "register", 1795230730805, 1795230737100)
+    periods = events["broker_fenced_periods"]
+    p102 = periods[(periods.broker_id == 102) & (periods.reason == "fenced")]
+    assert one(p102).seconds == pytest.approx((register.timestamp - fence.timestamp).total_seconds() + 1.03, abs=1.5)
+    assert not periods.flapping.any()
+
+
+def test_controller_failover(events: dict[str, pd.DataFrame]) -> None:
+    c = events["controller_leadership"].sort_values("epoch")
+    assert list(c.epoch) == [1, 3] and list(c.leader_id) == [1, 2]
+    assert list(c.from_offset) == [0, 1088]  # LeaderChange records at the start of each epoch
+    # controller 1 (the leader) killed at 03:13:42.7; controller 2 leads from epoch 3
+    new = c.iloc[1]
+    assert near(new.from_time, 1795230822711, None, 6) and new.previous_leader_id == 1
+    assert 0 < new.failover_seconds < 10
+    assert list(new.voters) == [1, 2, 3]
+
+
+def test_voters_and_features(events: dict[str, pd.DataFrame]) -> None:
+    v = events["voter_changes"].sort_values("offset")
+    assert [list(x) for x in v.voters_after] == [[1], [1, 2], [1, 2, 3], [1, 2], [1, 2, 3]]
+    assert list(v.change) == ["added", "added", "added", "removed", "added"]
+    assert near(v.timestamp.iloc[1], 1795230499529, 1795230501101)  # add-controller 2
+    assert near(v.timestamp.iloc[2], 1795230509397, 1795230510876)  # add-controller 3
+    assert near(v.timestamp.iloc[3], 1795230902017, 1795230903597)  # remove-controller 3
+    assert near(v.timestamp.iloc[4], 1795230927821, 1795230929522)  # add it back
+    f = events["feature_changes"]
+    mv = f[f.feature == "metadata.version"].sort_values("offset")
+    assert list(mv.change) == ["finalized", "downgrade", "upgrade"]
+    assert (mv.iloc[1].from_version, mv.iloc[1].to_version) == ("3.9-IV0", "3.8-IV0")
+    assert near(mv.iloc[1].timestamp, 1795230942685, 1795230944529)
+    assert near(mv.iloc[2].timestamp, 1795230961875, 1795230963563)
+    assert one(events["zk_migration"]).to_state == "NONE"
+
+
+def test_reassignment_and_topics(events: dict[str, pd.DataFrame]) -> None:
+    r = events["reassignments"]
+    bulk = one(r[r.topic_name == "bulk"])
+    assert bulk.status == "completed" and not bulk.open
+    assert (list(bulk.original_replicas), list(bulk.target_replicas)) == ([101, 102], [103, 101])
+    assert near(bulk.from_time, 1795230637741, 1795230640507)
+    assert near(bulk.to_time, 1795230670083, 1795230684827)  # "still in progress" at 03:11:10, "completed" at 03:11:23
+    t = events["topic_lifecycle"]
+    tmp = t[t.topic_name == "tmp-delete-me"].sort_values("offset")
+    assert list(tmp.event) == ["create", "delete", "create"]
+    assert near(tmp.timestamp.iloc[1], 1795230619414, 1795230621138)
+    assert near(tmp.timestamp.iloc[2], 1795230624158, 1795230626235)
+    again = tmp.iloc[2]
+    assert again.name_reused and again.previous_topic_id == tmp.iloc[0].topic_id != again.topic_id
+    assert (again.partitions_after, tmp.iloc[0].partitions_after) == (3, 2)
+    assert near(one(t[(t.topic_name == "events") & (t.event == "delete")]).timestamp, 1795230628715, 1795230630790)
+    grown = t[(t.topic_name == "orders") & (t.event == "partitions_added")]
+    assert (one(grown).partitions_before, one(grown).partitions_after) == (6, 9)
+
+
+def test_config_quota_acl_scram(events: dict[str, pd.DataFrame]) -> None:
+    c = events["config_changes"]
+    retention = c[(c.resource_name == "orders") & (c.name == "retention.ms")].sort_values("offset")
+    assert list(retention.change)[:1] == ["set"] and retention.iloc[0].new_value == "86400000"
+    assert near(retention.iloc[0].timestamp, 1795230518337, 1795230519906)
+    secret = one(c[c.name == "listener.name.plaintext.ssl.key.password"])
+    assert secret.redacted and "s3cr3t" not in str(secret.new_value)
+    q = events["quota_changes"]
+    alice = q[(q.entity_text == "user=alice") & (q.key == "producer_byte_rate")]
+    assert one(alice).new_value == 1048576 and near(one(alice).timestamp, 1795230540302, 1795230542174)
+    gone = q[(q.entity_text == "client-id=client-a") & (q.change == "delete")]
+    assert len(gone) == 2 and all(near(ts, 1795230552572, 1795230554081) for ts in gone.timestamp)
+    a = events["acl_changes"]
+    mallory = a[a.principal == "User:mallory"].sort_values("offset")
+    assert list(mallory.change) == ["created", "deleted"] and set(mallory.permission) == {"DENY"}
+    s = events["scram_changes"]
+    carol = s[s.user == "carol"].sort_values("offset")
+    assert list(carol.change) == ["created", "deleted"]
+    assert near(carol.timestamp.iloc[0], 1795230557594, 1795230559026) and near(carol.timestamp.iloc[1], 1795230560582,
+                                                                   1795230562774)
+    assert "stored_key" not in s.columns and "salt" not in s.columns
+
+
+def test_log_health(events: dict[str, pd.DataFrame], sample: Any) -> None:
+    h = events["log_health"]
+    wh, _ = sample
+    records = DeltaTable(str(Path(wh) / "records")).to_pandas(columns=["source", "record_type"])
+    log = records[records.source == "log"]
+    assert h.records.sum() == len(log)
+    assert h.noop_records.sum() == (log.record_type == "NO_OP_RECORD").sum()
+    assert h.crc_failures.sum() == 0 and events["log_gaps"].empty
+    snaps = events["snapshots"]
+    assert len(snaps) > 0 and (snaps.dropna(subset=["offsets_since_previous"]).offsets_since_previous > 0).all()
+
+
+def test_flapping_counts_unplanned_fences_in_an_hour(spark: Any) -> None:
+    """Three session-expiry fences within an hour flag the third as flapping; controlled shutdowns and
+    startups do not count."""
+    from datetime import timedelta
+
+    from kraftlog.analytics.events import Inputs, broker_fenced_periods
+    from kraftlog.spark.store import spark_schema as schema_of
+    from kraftlog.state.entities import history_tables, replay_ranges_table
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    # (offset, minutes, broker_epoch, fenced, in_controlled_shutdown)
+    steps = [(1, 0, 1, True, False), (2, 1, 1, False, False), (3, 5, 1, True, False), (4, 6, 1, False, False),
+             (5, 10, 1, False, True), (6, 11, 1, True, True), (7, 12, 7, True, False), (8, 13, 7, False, False),
+             (9, 20, 7, True, False), (10, 21, 7, False, False), (11, 30, 7, True, False), (12, 31, 7, False, False)]
+    table = history_tables()["brokers"]
+    rows = []
+    for i, (off, minute, epoch, fenced, ics) in enumerate(steps):
+        nxt = steps[i + 1] if i + 1 < len(steps) else None
+        row = {f.name: None for f in table.schema}
+        row.update(cluster_id="c", broker_id=1, broker_epoch=epoch, fenced=fenced, in_controlled_shutdown=ics,
+                   valid_from_offset=off, valid_from=t0 + timedelta(minutes=minute),
+                   valid_to_offset=nxt[0] if nxt else None,
+                   valid_to=t0 + timedelta(minutes=nxt[1]) if nxt else None, ended_by="update" if nxt else None)
+        rows.append(row)
+    brokers = spark.createDataFrame(rows, schema_of(table))
+    rr = replay_ranges_table()
+    ranges = spark.createDataFrame([{**{f.name: None for f in rr.schema}, "cluster_id": "c", "base_offset": -1}],
+                                   schema_of(rr))
+    out = broker_fenced_periods(Inputs({"brokers": brokers}, lambda name: None, ranges))  # type: ignore[arg-type]
+    got = [(r.from_offset, r.reason, r.fences_last_hour, r.flapping) for r in out.orderBy("from_offset").collect()]
+    # the shutdown at 6 and the fenced re-registration at 7 are one period: fenced from 6 until unfenced at 8
+    assert got == [(1, "startup", 0, False), (3, "fenced", 1, False), (6, "controlled_shutdown", 1, False),
+                   (9, "fenced", 2, False), (11, "fenced", 3, True)]
