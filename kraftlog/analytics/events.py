@@ -19,6 +19,7 @@ from kraftlog.analytics.definitions import event_tables
 from kraftlog.schema.registry import load_schemas
 from kraftlog.spark.replay import TableSource
 from kraftlog.spark.store import spark_schema
+from kraftlog.wire.redact import REDACTED
 
 PARTITION = ["cluster_id", "topic_id", "partition_id"]
 RUNNING = (Window.unboundedPreceding, Window.currentRow)
@@ -46,6 +47,7 @@ class Inputs:
 # -- shared building blocks ---------------------------------------------------------------------------------
 
 def seconds_between(start: Column, end: Column) -> Column:
+    """Seconds from ``start`` to ``end`` (timestamps), as a double."""
     return (F.unix_micros(end) - F.unix_micros(start)) / 1e6
 
 
@@ -113,6 +115,7 @@ def explode_events(df: DataFrame, events: list[tuple[Column, dict[str, Column]]]
 # -- partitions ---------------------------------------------------------------------------------------------
 
 def leader_elections(inputs: Inputs) -> DataFrame:
+    """Every leader change of a partition, classified by what happened to the previous leader."""
     p = with_previous(inputs.history("partitions"), PARTITION)
     changed = p.filter(F.col("_prev").isNotNull() & (F.col("leader") != F.col("_prev.leader")))
     b = inputs.history("brokers").select(
@@ -143,6 +146,7 @@ def leader_elections(inputs: Inputs) -> DataFrame:
 
 
 def isr_changes(inputs: Inputs) -> DataFrame:
+    """Every change of a partition's ISR: shrink, expand, or both at once."""
     p = with_previous(inputs.history("partitions"), PARTITION)
     removed = F.array_except(F.col("_prev.isr"), F.col("isr"))
     added = F.array_except(F.col("isr"), F.col("_prev.isr"))
@@ -165,6 +169,7 @@ def _partition_windows(inputs: Inputs, flagged: DataFrame, extra: list[Column]) 
 
 
 def under_replicated(inputs: Inputs) -> DataFrame:
+    """Windows of consecutive partition versions with fewer in-sync replicas than replicas."""
     p = with_previous(inputs.history("partitions"), PARTITION)
     flagged = islands(p, PARTITION, F.size("isr") < F.size("replicas"))
     out = _partition_windows(inputs, flagged, [
@@ -233,6 +238,7 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
 
 
 def reassignments(inputs: Inputs) -> DataFrame:
+    """Reassignment episodes: consecutive versions with adding or removing replicas, and how they ended."""
     p = with_previous(inputs.history("partitions"), PARTITION)
     w = Window.partitionBy(*PARTITION).orderBy("valid_from_offset")
     p = p.withColumn("_next_replicas", F.lead("replicas").over(w))
@@ -257,6 +263,7 @@ def reassignments(inputs: Inputs) -> DataFrame:
 # -- brokers, controllers, voters, features ---------------------------------------------------------------
 
 def broker_lifecycle(inputs: Inputs) -> DataFrame:
+    """Register, fence, unfence, controlled shutdown and unregister events of each broker."""
     keys = ["cluster_id", "broker_id"]
     b = at_start(inputs, with_previous(inputs.history("brokers"), keys))
     registered = F.col("_prev").isNull() | (F.col("broker_epoch") != F.col("_prev.broker_epoch"))
@@ -276,6 +283,7 @@ def broker_lifecycle(inputs: Inputs) -> DataFrame:
 
 
 def broker_fenced_periods(inputs: Inputs) -> DataFrame:
+    """Periods a broker was fenced, their reason, and flapping (3 unplanned fences in an hour)."""
     keys = ["cluster_id", "broker_id"]
     b = with_previous(inputs.history("brokers"), keys)
     registered = F.col("_prev").isNull() | (F.col("broker_epoch") != F.col("_prev.broker_epoch"))
@@ -294,6 +302,7 @@ def broker_fenced_periods(inputs: Inputs) -> DataFrame:
 
 
 def controller_leadership(inputs: Inputs) -> DataFrame:
+    """One row per raft epoch of each log: leader (LeaderChange), offsets, voters, failover gap."""
     log = inputs.table("records").filter(F.col("source") == "log")
     epochs = log.groupBy("cluster_id", F.col("batch_epoch").alias("epoch")).agg(
         F.min("log_offset").alias("from_offset"), F.min_by("timestamp", "log_offset").alias("from_time"),
@@ -314,6 +323,7 @@ def controller_leadership(inputs: Inputs) -> DataFrame:
 
 
 def voter_changes(inputs: Inputs) -> DataFrame:
+    """Voters added, removed or updated (KIP-853), with the voter set after each change."""
     keys = ["cluster_id", "voter_id"]
     vh = inputs.history("voters")
     v = at_start(inputs, with_previous(vh, keys))
@@ -337,6 +347,7 @@ def voter_changes(inputs: Inputs) -> DataFrame:
 
 
 def feature_changes(inputs: Inputs) -> DataFrame:
+    """Features finalized, upgraded, downgraded or removed."""
     f = at_start(inputs, with_previous(inputs.history("features"), ["cluster_id", "name"]))
     here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"),
             "from_level": F.col("_prev.level"), "to_level": F.col("level"),
@@ -355,6 +366,7 @@ def feature_changes(inputs: Inputs) -> DataFrame:
 
 
 def zk_migration(inputs: Inputs) -> DataFrame:
+    """Changes of the ZooKeeper migration state (KIP-866)."""
     z = with_previous(inputs.history("zk_migration_state"), ["cluster_id"])
     z = z.filter(F.col("_prev").isNull() | (F.col("_prev.state") != F.col("state")))
     return select_table(z.select("cluster_id", F.col("valid_from_offset").alias("offset"),
@@ -365,6 +377,7 @@ def zk_migration(inputs: Inputs) -> DataFrame:
 # -- topics, configs, quotas, ACLs, SCRAM ---------------------------------------------------------------------
 
 def topic_lifecycle(inputs: Inputs) -> DataFrame:
+    """Topic ids created (and whether the name was used before), grown, and deleted."""
     topics = at_start(inputs, inputs.history("topics"))
     first = topics.groupBy("cluster_id", "topic_id").agg(
         F.min("valid_from_offset").alias("_created"), F.min("valid_from").alias("_created_time"),
@@ -424,8 +437,7 @@ def _value_changes(inputs: Inputs, kind: str, keys: list[str], value: str) -> Da
 
 
 def config_changes(inputs: Inputs) -> DataFrame:
-    from kraftlog.wire.redact import REDACTED
-
+    """Config set / update / delete with old and new values (redacted values stay redacted)."""
     c = _value_changes(inputs, "configs", ["resource_type", "resource_name", "name"], "value")
     c = (c.withColumn("resource_type", enum_name("configResourceType", F.col("resource_type")))
          .withColumn("redacted", (F.col("old_value") == REDACTED) | (F.col("new_value") == REDACTED)))
@@ -433,6 +445,7 @@ def config_changes(inputs: Inputs) -> DataFrame:
 
 
 def quota_changes(inputs: Inputs) -> DataFrame:
+    """Client quota set / update / delete, with the entity as text (``user=alice,client-id=x``)."""
     q = _value_changes(inputs, "client_quotas", ["entity", "key"], "value")
     parts = F.from_json("entity", "array<array<string>>")
     text = F.concat_ws(",", F.transform(parts, lambda e: F.concat(
@@ -441,6 +454,7 @@ def quota_changes(inputs: Inputs) -> DataFrame:
 
 
 def acl_changes(inputs: Inputs) -> DataFrame:
+    """ACL bindings created and deleted, with enum values as names."""
     a = at_start(inputs, with_previous(inputs.history("acls"), ["cluster_id", "acl_id"]))
     here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from")}
     first = F.col("_prev").isNull()
@@ -459,6 +473,7 @@ def acl_changes(inputs: Inputs) -> DataFrame:
 
 
 def scram_changes(inputs: Inputs) -> DataFrame:
+    """SCRAM credentials created, updated (credential changed or not) and deleted; never the keys."""
     s = at_start(inputs, with_previous(inputs.history("scram_users"), ["cluster_id", "mechanism", "name"]))
     here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"),
             "iterations_before": F.col("_prev.iterations"), "iterations": F.col("iterations"),
@@ -482,6 +497,7 @@ def scram_changes(inputs: Inputs) -> DataFrame:
 # -- the log itself -------------------------------------------------------------------------------------------
 
 def log_health(inputs: Inputs) -> DataFrame:
+    """Per cluster and hour: record counts by type, NoOp share, batches, CRC failures, divergence, snapshots."""
     hour = F.date_trunc("hour", F.col("timestamp"))
     log = inputs.table("records").filter(F.col("source") == "log").withColumn("hour", hour)
     per_type = (log.groupBy("cluster_id", "hour", "record_type").count()
@@ -526,6 +542,7 @@ def _snapshot_files(inputs: Inputs) -> DataFrame:
 
 
 def snapshots(inputs: Inputs) -> DataFrame:
+    """Every snapshot file with its offset, time, size and the distance from the node's previous one."""
     s = _snapshot_files(inputs).filter(F.col("offset").isNotNull())
     w = Window.partitionBy("cluster_id", "node_id").orderBy("offset", "snapshot_id")
     s = (s.withColumn("offsets_since_previous", F.col("offset") - F.lag("offset").over(w))
@@ -534,6 +551,7 @@ def snapshots(inputs: Inputs) -> DataFrame:
 
 
 def log_gaps(inputs: Inputs) -> DataFrame:
+    """Ranges of log offsets missing between landed records."""
     log = inputs.table("records").filter(F.col("source") == "log").select("cluster_id", "log_offset")
     w = Window.partitionBy("cluster_id").orderBy("log_offset")
     gaps = (log.withColumn("_prev", F.lag("log_offset").over(w))

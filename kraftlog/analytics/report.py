@@ -90,6 +90,7 @@ def report_name(cluster_id: str) -> str:
 
 
 def write_report(report: Report, out: Path) -> Path:
+    """Write the page to ``out`` (creating its folder); returns ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report.html(), encoding="utf-8")
     return out
