@@ -4,7 +4,8 @@
         --from 2026-11-20T00:00:00Z --to 2026-11-21T00:00:00Z --out-dir reports/2026-11-20
 
 ``--out FILE`` writes one cluster's page (``--cluster``, or the only cluster); ``--out-dir DIR`` writes
-``DIR/<cluster>.html`` for each ``--cluster`` given, or for every cluster built. Reads the event tables
+``DIR/report-<cluster>.html`` for each ``--cluster`` given, or for every cluster built, and ``DIR/index.html``:
+one row per cluster with its summary figures (alarming ones in red), linking to its page. Reads the event tables
 (run ``jobs/analytics.py`` first); only a cluster's rows in the period reach the driver.
 """
 
@@ -14,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kraftlog.analytics.report import Period, build_report, report_name, write_report
+from kraftlog.analytics.report import Period, build_report, render_index, report_name, write_report
 from kraftlog.points import parse_time
 from kraftlog.spark.history import built_clusters
 from kraftlog.spark.session import job_arguments
@@ -37,13 +38,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         if args.cluster and len(args.cluster) > 1:
             raise SystemExit("--out writes one cluster's report; use --out-dir for several")
-        targets = [(args.cluster[0] if args.cluster else None, args.out)]
-    else:
-        clusters = args.cluster or sorted(built_clusters(store))
-        targets = [(c, args.out_dir / report_name(c)) for c in clusters]
-    for cluster, out in targets:
+        report = build_report(store, args.cluster[0] if args.cluster else None, period)
+        print(f"report of {report.cluster_id} ({period.text()}): {write_report(report, args.out)}")
+        return 0
+    pages = []
+    for cluster in args.cluster or sorted(built_clusters(store)):
         report = build_report(store, cluster, period)
-        print(f"report of {report.cluster_id} ({period.text()}): {write_report(report, out)}")
+        name = report_name(report.cluster_id)
+        print(f"report of {report.cluster_id} ({period.text()}): {write_report(report, args.out_dir / name)}")
+        pages.append((report, name))
+    index = args.out_dir / "index.html"
+    index.write_text(render_index(pages, period), encoding="utf-8")
+    print(f"overview of {len(pages)} cluster(s): {index}")
     return 0
 
 

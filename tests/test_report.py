@@ -69,6 +69,9 @@ def test_report_job(sample_events: Any, tmp_path: Path) -> None:
     assert job.main(["--warehouse", str(wh), "--out-dir", str(tmp_path / "run"), "--from", "2026-11-21T03:10:00Z"]) == 0
     page = tmp_path / "run" / "report-T4vFxmI9RFCnFwCmltnwag.html"
     assert "2026-11-21 03:10:00 UTC to the end of the log" in page.read_text()
+    index = (tmp_path / "run" / "index.html").read_text()
+    assert "<a href='report-T4vFxmI9RFCnFwCmltnwag.html'>T4vFxmI9RFCnFwCmltnwag</a>" in index
+    assert "<th>Unclean elections</th>" in index and "<td class='alarm'>1</td>" in index
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here (apt-get install chromium): the page is "

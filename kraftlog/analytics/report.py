@@ -77,6 +77,10 @@ class Report:
     def html(self) -> str:
         return render(self)
 
+    def summary(self) -> list[tuple[str, str, bool]]:
+        """The summary cards: (label, value, alarming)."""
+        return _summary(self.frames)
+
 
 def build_report(store: TableStore, cluster: str | None, period: Period) -> Report:
     """The report of ``cluster`` (its id, or the only cluster built) over ``period``."""
@@ -304,7 +308,7 @@ def render(report: Report) -> str:
     w("<nav>" + "".join(f"<a href='#{a}'>{t}</a>" for a, t in _SECTIONS) + "</nav>")
     w("<div class='cards'>" + "".join(
         f"<div class='card{' alarm' if bad else ''}'><div class='v'>{html.escape(v)}</div>"
-        f"<div class='l'>{html.escape(label)}</div></div>" for label, v, bad in _summary(f)) + "</div>")
+        f"<div class='l'>{html.escape(label)}</div></div>" for label, v, bad in report.summary()) + "</div>")
     w("<h3>Everything that happened</h3>" + _png(_timeline(f), 5.5))
 
     w("<h2 id='elections'>Leader elections</h2>")
@@ -383,3 +387,22 @@ def render(report: Report) -> str:
     w("<h3>Offset gaps</h3>" + _table(f["log_gaps"], ["from_offset", "to_offset", "missing"], ["from_offset"]))
     w("</body></html>")
     return "\n".join(out)
+
+
+def render_index(pages: list[tuple[Report, str]], period: Period) -> str:
+    """An overview of many clusters' reports: one row per cluster with its summary figures, linking to its page
+    (``pages``: the report and the page's file name, relative to the index)."""
+    rows = []
+    labels: list[str] = []
+    for report, href in sorted(pages, key=lambda p: p[0].cluster_id):
+        cards = report.summary()
+        labels = [label for label, _, _ in cards]
+        cells = "".join(f"<td class='{'alarm' if bad else ''}'>{html.escape(v)}</td>" for _, v, bad in cards)
+        rows.append(f"<tr><td><a href='{html.escape(href)}'>{html.escape(report.cluster_id)}</a></td>{cells}</tr>")
+    head = "".join(f"<th>{html.escape(label)}</th>" for label in labels)
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>kraftlog reports</title>"
+            f"<style>{_CSS} td.alarm{{color:#c0392b;font-weight:600;background:#fdf0ee}}</style></head><body>"
+            f"<h1>KRaft metadata reports: {len(pages)} cluster(s)</h1>"
+            f"<p class='meta'>Period: {html.escape(period.text())}. Red: worth a look.</p>"
+            f"<table class='rows'><thead><tr><th>cluster</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody>"
+            f"</table></body></html>")
