@@ -13,11 +13,12 @@ Three passes over the same in-memory bytes, best of ``--repeat``:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from common import save_results
 
 from kraftlog.wire.batches import iter_batches
 from kraftlog.wire.discover import log_files
@@ -83,9 +84,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     ratio = rows[2][1] / floor
     results["decode_vs_floor"] = round(ratio, 3)
     print(f"full decode / framing walk = {ratio:.2f}x (target: within 2x)")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2))
+    save_results(args.json, results)
     return results
 
 

@@ -10,26 +10,17 @@ ratio of the 10x time to the 1x time.
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, copy_corpus
+from common import copy_corpus, corpus_arguments, local_config, save_results
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus" / "real")
-    ap.add_argument("--copies", type=int, default=10)
-    ap.add_argument("--cores", type=int, default=2)
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
-    if not args.corpus.exists():
-        raise SystemExit(f"no corpus at {args.corpus}: pass --corpus")
+    args = corpus_arguments(__doc__, argv)
 
     from kraftlog.config import Config
     from kraftlog.spark.history import reconstruct, verify_tables
@@ -40,9 +31,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {"cores": args.cores}
     try:
         big = copy_corpus(args.corpus, work / f"corpus-x{args.copies}", args.copies)
-        base = Config.load(spark={"master": f"local[{args.cores}]", "log_level": "ERROR",
-                                  "conf": {"spark.ui.showConsoleProgress": "false"}},
-                           identity={"cluster": "{top}:{cluster.id}"})
+        base = local_config(args.cores)
         spark = build_session(base)
         for name, inputs in (("corpus", args.corpus), (f"corpus x{args.copies}", big)):
             config = Config.load(**{**base.data, "warehouse": {"path": str(work / f"wh-{name.replace(' ', '')}")}})
@@ -74,9 +63,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{v['first_build_seconds']:>11} {v['build_seconds']:>8} {v['verify_seconds']:>8} "
               f"{v['snapshots_checked']:>7} {v['snapshots_differing']:>6}")
     print(f"{args.copies}x the input took {results['build_time_ratio_for_10x_input']}x the build time")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2))
+    save_results(args.json, results)
     return results
 
 

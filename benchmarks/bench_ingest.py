@@ -11,8 +11,6 @@ from /proc every 100 ms).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -20,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, WorkerMemory, copy_corpus, rss_kb
+from common import WorkerMemory, copy_corpus, corpus_arguments, local_config, rss_kb, save_results
 
 
 def _decoder_rate(inputs: Path) -> tuple[float, int]:
@@ -40,14 +38,7 @@ def _decoder_rate(inputs: Path) -> tuple[float, int]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus" / "real")
-    ap.add_argument("--copies", type=int, default=10)
-    ap.add_argument("--cores", type=int, default=2)
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
-    if not args.corpus.exists():
-        raise SystemExit(f"no corpus at {args.corpus}: pass --corpus")
+    args = corpus_arguments(__doc__, argv)
 
     from kraftlog.config import Config
     from kraftlog.spark.ingest import ingest
@@ -59,9 +50,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         big = copy_corpus(args.corpus, work / f"corpus-x{args.copies}", args.copies)
         rate, _ = _decoder_rate(args.corpus)
         results["decoder_records_per_s_one_core"] = round(rate)
-        config = Config.load(spark={"master": f"local[{args.cores}]", "log_level": "ERROR",
-                                    "conf": {"spark.ui.showConsoleProgress": "false"}},
-                             identity={"cluster": "{top}:{cluster.id}"})
+        config = local_config(args.cores)
         spark = build_session(config)
         spark.range(4).repartition(args.cores).mapInArrow(lambda it: it, "id long").collect()  # start workers
         jvm_pid = int(spark._jvm.ProcessHandle.current().pid())  # type: ignore[attr-defined]
@@ -100,9 +89,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{v['driver_jvm_peak_mb']:>13}")
     print(f"{args.copies}x the input took {results['time_ratio_for_10x_input']}x the time; per core the ingest "
           f"runs at {results['per_core_vs_decoder']:.2f}x the pure decoder's rate (target: >= 0.5)")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2))
+    save_results(args.json, results)
     return results
 
 

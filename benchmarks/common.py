@@ -1,10 +1,13 @@
-"""Helpers shared by the benchmarks: a copied corpus, memory readings."""
+"""Helpers shared by the benchmarks: arguments, a local session, a copied corpus, memory readings, results."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import shutil
 import threading
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,3 +50,32 @@ def copy_corpus(corpus: Path, dest: Path, copies: int) -> Path:
             if not target.exists():
                 shutil.copytree(repo, target)
     return dest
+
+
+def corpus_arguments(doc: str | None, argv: list[str] | None) -> argparse.Namespace:
+    """The arguments of the Spark benchmarks: ``--corpus``, ``--copies``, ``--cores``, ``--json``."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus" / "real")
+    ap.add_argument("--copies", type=int, default=10)
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    if not args.corpus.exists():
+        raise SystemExit(f"no corpus at {args.corpus}: pass --corpus")
+    return args
+
+
+def local_config(cores: int) -> Any:
+    """The benchmarks' profile: ``local[cores]``, quiet, each top folder of the input its own cluster."""
+    from kraftlog.config import Config
+
+    return Config.load(spark={"master": f"local[{cores}]", "log_level": "ERROR",
+                              "conf": {"spark.ui.showConsoleProgress": "false"}},
+                       identity={"cluster": "{top}:{cluster.id}"})
+
+
+def save_results(path: Path | None, results: dict[str, Any]) -> None:
+    """Write the results as JSON (``--json``), if asked."""
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results, indent=2))

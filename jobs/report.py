@@ -15,9 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from kraftlog.analytics.report import Period, build_report, render_index, report_name, write_report
+from kraftlog.analytics.report import Period, build_report, build_reports, render_index, report_name, write_report
 from kraftlog.points import parse_time
-from kraftlog.spark.history import built_clusters
 from kraftlog.spark.session import job_arguments
 from kraftlog.spark.store import open_store
 
@@ -42,8 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report of {report.cluster_id} ({period.text()}): {write_report(report, args.out)}")
         return 0
     pages = []
-    for cluster in args.cluster or sorted(built_clusters(store)):
-        report = build_report(store, cluster, period)
+    for report in build_reports(store, args.cluster, period):
         name = report_name(report.cluster_id)
         print(f"report of {report.cluster_id} ({period.text()}): {write_report(report, args.out_dir / name)}")
         pages.append((report, name))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,17 @@ SCENARIO_A = SHARED / "scenarios" / "A"
 KAFKA = SHARED / "kafka"
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/encoder.py and helpers
+
+
+def load_job(name: str) -> Any:
+    """A spark-submit job of ``jobs/`` (``ingest``, ``report``, ...) as a module, to call its ``main(argv)``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"job_{name}", ROOT / "jobs" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def need(path: Path) -> Path:

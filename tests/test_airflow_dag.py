@@ -3,13 +3,12 @@ that kraftlog's own jobs accept."""
 
 from __future__ import annotations
 
-import importlib.util
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_job
 
 from kraftlog.spark.session import job_parser
 
@@ -29,13 +28,6 @@ def dag(tmp_path_factory: pytest.TempPathFactory) -> Any:
     mp.undo()
     assert bag.import_errors == {}
     return bag.dags["kraftlog"]
-
-
-def _job(script: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"job_{Path(script).stem}", script)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 def test_dag_wires_the_jobs_in_order(dag: Any) -> None:
@@ -69,7 +61,7 @@ def test_dag_renders_the_data_interval_into_job_arguments(dag: Any) -> None:
     for task in dag.tasks:
         argv = task.render_template(task.application_args, context)
         assert not any("{{" in a for a in argv), argv
-        job = _job(task.application)
+        job = load_job(Path(task.application).stem)
         parsed[task.task_id] = job_parser(task.task_id, getattr(job, "_options", None)).parse_args(argv)
     assert parsed["ingest"].inputs == ["s3a://archive/a,s3a://archive/b"]  # split by jobs/ingest.py
     assert parsed["ingest"].conf.endswith("conf/cluster.toml")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -12,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT, SAMPLE
+from conftest import SAMPLE, load_job
 from deltalake import DeltaTable
 from history_gen import GenCluster, clusters, write_cluster
 from hypothesis import HealthCheck, given, settings
@@ -249,10 +248,7 @@ def test_verify_reports_a_snapshot_that_disagrees_with_the_log(spark: Any, tmp_p
     topics = DeltaTable(str(wh / "topics_history"))
     version = topics.version()
     assert sorted(topics.to_pyarrow_table().column("cluster_id").to_pylist()) == ["bad", "good"]
-    spec = importlib.util.spec_from_file_location("job", ROOT / "jobs" / "reconstruct.py")
-    assert spec and spec.loader
-    job = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(job)
+    job = load_job("reconstruct")
     assert job.main(["--warehouse", str(wh), "--cluster", "bad", "--verify"]) == 1  # the gate fails the task
     topics = DeltaTable(str(wh / "topics_history"))
     assert topics.version() > version  # the rows of "bad" were replaced ...

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
-from conftest import SAMPLE
+from conftest import SAMPLE, load_job
 from deltalake import DeltaTable
 from encoder import batch, metadata_value, record
 from pyspark.sql.types import StructType
@@ -369,16 +369,11 @@ def test_files_of_a_corrupt_segment_land_with_their_problems_marked(spark: Any, 
 
 
 def test_jobs_ingest_entry_point_and_cli(spark: Any, tmp_path: Path) -> None:
-    import importlib.util
-
     from click.testing import CliRunner
 
     from kraftlog.cli import main
 
-    spec = importlib.util.spec_from_file_location("job", Path(__file__).parents[1] / "jobs" / "ingest.py")
-    assert spec and spec.loader
-    job = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(job)
+    job = load_job("ingest")
     assert job.main([str(SAMPLE / "node-2"), "--warehouse", str(tmp_path / "a")]) == 0
     assert DeltaTable(str(tmp_path / "a" / "records")).count() > 1000
     result = CliRunner().invoke(main, ["ingest", str(SAMPLE / "node-2"), "--warehouse", str(tmp_path / "a"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -11,7 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT
+from conftest import load_job
 
 from kraftlog.cli import main
 
@@ -63,9 +62,7 @@ def test_report_period_filters_events(sample_events: Any, tmp_path: Path) -> Non
 def test_report_job(sample_events: Any, tmp_path: Path) -> None:
     """jobs/report.py as the DAG runs it: a folder with a page per cluster, for the run's period."""
     wh, _ = sample_events
-    spec = importlib.util.spec_from_file_location("report_job", ROOT / "jobs" / "report.py")
-    job = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(job)  # type: ignore[union-attr]
+    job = load_job("report")
     assert job.main(["--warehouse", str(wh), "--out-dir", str(tmp_path / "run"), "--from", "2026-11-21T03:10:00Z"]) == 0
     page = tmp_path / "run" / "report-T4vFxmI9RFCnFwCmltnwag.html"
     assert "2026-11-21 03:10:00 UTC to the end of the log" in page.read_text()

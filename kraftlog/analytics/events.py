@@ -58,12 +58,10 @@ def enum_name(kind: str, value: Column) -> Column:
     return F.coalesce(F.try_element_at(F.create_map(*pairs), value.cast("string")), value.cast("string"))
 
 
-def with_previous(df: DataFrame, keys: list[str], columns: list[str] | None = None) -> DataFrame:
-    """``df`` (history rows) with ``_prev``: the version this one replaced (null after a delete or at the start),
-    and ``_next_from``: where the next version of the same entity begins (null if none)."""
-    cols = columns if columns is not None else [c for c in df.columns if c not in keys]
+def with_previous(df: DataFrame, keys: list[str]) -> DataFrame:
+    """``df`` (history rows) with ``_prev``: the version this one replaced (null after a delete or at the start)."""
     w = Window.partitionBy(*keys).orderBy("valid_from_offset")
-    prev = F.lag(F.struct(*cols)).over(w)
+    prev = F.lag(F.struct(*[c for c in df.columns if c not in keys])).over(w)
     return (df.withColumn("_p", prev)
             .withColumn("_prev", F.when((F.col("_p.ended_by") == "update")
                                         & (F.col("_p.valid_to_offset") == F.col("valid_from_offset")), F.col("_p")))
@@ -102,6 +100,31 @@ def window_columns(inputs: Inputs, grouped: DataFrame) -> DataFrame:
 def select_table(df: DataFrame, name: str) -> DataFrame:
     """The columns of event table ``name``, cast to its types."""
     return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in spark_schema(event_tables()[name])])
+
+
+def new_registration() -> Column:
+    """A broker version that starts a registration (the first, or a new broker epoch); needs ``_prev``."""
+    return F.col("_prev").isNull() | (F.col("broker_epoch") != F.col("_prev.broker_epoch"))
+
+
+def version_events(inputs: Inputs, kind: str, keys: list[str], names: tuple[str, str, str],
+                   here: dict[str, Column] | None = None, gone: dict[str, Column] | None = None,
+                   on_start: dict[str, Column] | None = None, on_update: dict[str, Column] | None = None
+                   ) -> DataFrame:
+    """Events of the versions of one entity kind: ``present_at_start`` (in the base snapshot), then
+    ``names`` = (created, updated, deleted). Every event has ``offset``, ``timestamp`` and ``change``;
+    ``here`` adds columns to the first three, ``gone`` to deletions, ``on_start`` / ``on_update`` override."""
+    h = at_start(inputs, with_previous(inputs.history(kind), ["cluster_id", *keys]))
+    created, updated, deleted = names
+    at = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"), **(here or {})}
+    first = F.col("_prev").isNull()
+    return explode_events(h, [
+        (first & F.col("_at_start"), {**at, **(on_start or {}), "change": F.lit("present_at_start")}),
+        (first & ~F.col("_at_start"), {**at, "change": F.lit(created)}),
+        (~first, {**at, **(on_update or {}), "change": F.lit(updated)}),
+        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
+                                         **(gone or {}), "change": F.lit(deleted)}),
+    ])
 
 
 def explode_events(df: DataFrame, events: list[tuple[Column, dict[str, Column]]]) -> DataFrame:
@@ -266,7 +289,7 @@ def broker_lifecycle(inputs: Inputs) -> DataFrame:
     """Register, fence, unfence, controlled shutdown and unregister events of each broker."""
     keys = ["cluster_id", "broker_id"]
     b = at_start(inputs, with_previous(inputs.history("brokers"), keys))
-    registered = F.col("_prev").isNull() | (F.col("broker_epoch") != F.col("_prev.broker_epoch"))
+    registered = new_registration()
     same = ~registered
     here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"), "fenced": F.col("fenced")}
     events = explode_events(b, [
@@ -286,8 +309,7 @@ def broker_fenced_periods(inputs: Inputs) -> DataFrame:
     """Periods a broker was fenced, their reason, and flapping (3 unplanned fences in an hour)."""
     keys = ["cluster_id", "broker_id"]
     b = with_previous(inputs.history("brokers"), keys)
-    registered = F.col("_prev").isNull() | (F.col("broker_epoch") != F.col("_prev.broker_epoch"))
-    reason = (F.when(registered, "startup").when(F.col("in_controlled_shutdown"), "controlled_shutdown")
+    reason = (F.when(new_registration(), "startup").when(F.col("in_controlled_shutdown"), "controlled_shutdown")
               .otherwise("fenced"))
     flagged = islands(b.withColumn("_reason", reason), keys, F.col("fenced"))
     start = "valid_from_offset"
@@ -324,20 +346,11 @@ def controller_leadership(inputs: Inputs) -> DataFrame:
 
 def voter_changes(inputs: Inputs) -> DataFrame:
     """Voters added, removed or updated (KIP-853), with the voter set after each change."""
-    keys = ["cluster_id", "voter_id"]
-    vh = inputs.history("voters")
-    v = at_start(inputs, with_previous(vh, keys))
     endpoints = F.transform("endpoints", lambda e: F.concat(e["name"], F.lit("://"), e["host"], F.lit(":"),
                                                             e["port"].cast("string")))
-    here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from")}
-    events = explode_events(v, [
-        (F.col("_prev").isNull() & F.col("_at_start"), {**here, "change": F.lit("present_at_start")}),
-        (F.col("_prev").isNull() & ~F.col("_at_start"), {**here, "change": F.lit("added")}),
-        (F.col("_prev").isNotNull(), {**here, "change": F.lit("updated")}),
-        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
-                                         "change": F.lit("removed")}),
-    ]).withColumn("endpoints", endpoints)
-    sets = vh.select(F.col("cluster_id").alias("_c"), F.col("voter_id").alias("_v"),
+    events = version_events(inputs, "voters", ["voter_id"], ("added", "updated", "removed")).withColumn(
+        "endpoints", endpoints)
+    sets = inputs.history("voters").select(F.col("cluster_id").alias("_c"), F.col("voter_id").alias("_v"),
                      F.col("valid_from_offset").alias("_f"), F.col("valid_to_offset").alias("_t"))
     points = events.select("cluster_id", "offset").distinct()
     after = (points.join(sets, (F.col("_c") == F.col("cluster_id")) & (F.col("_f") <= F.col("offset"))
@@ -422,18 +435,10 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
 
 def _value_changes(inputs: Inputs, kind: str, keys: list[str], value: str) -> DataFrame:
     """Set / update / delete rows (with old and new values) of a simple keyed history."""
-    h = at_start(inputs, with_previous(inputs.history(kind), ["cluster_id", *keys]))
-    here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"),
-            "old_value": F.col(f"_prev.{value}"), "new_value": F.col(value)}
-    first = F.col("_prev").isNull()
-    return explode_events(h, [
-        (first & F.col("_at_start"), {**here, "change": F.lit("present_at_start")}),
-        (first & ~F.col("_at_start"), {**here, "change": F.lit("set")}),
-        (~first, {**here, "change": F.lit("update")}),
-        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
-                                         "old_value": F.col(value), "new_value": F.lit(None).cast(
-                                             h.schema[value].dataType), "change": F.lit("delete")}),
-    ])
+    value_type = inputs.history(kind).schema[value].dataType
+    return version_events(inputs, kind, keys, ("set", "update", "delete"),
+                          here={"old_value": F.col(f"_prev.{value}"), "new_value": F.col(value)},
+                          gone={"old_value": F.col(value), "new_value": F.lit(None).cast(value_type)})
 
 
 def config_changes(inputs: Inputs) -> DataFrame:
@@ -455,16 +460,7 @@ def quota_changes(inputs: Inputs) -> DataFrame:
 
 def acl_changes(inputs: Inputs) -> DataFrame:
     """ACL bindings created and deleted, with enum values as names."""
-    a = at_start(inputs, with_previous(inputs.history("acls"), ["cluster_id", "acl_id"]))
-    here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from")}
-    first = F.col("_prev").isNull()
-    events = explode_events(a, [
-        (first & F.col("_at_start"), {**here, "change": F.lit("present_at_start")}),
-        (first & ~F.col("_at_start"), {**here, "change": F.lit("created")}),
-        (~first, {**here, "change": F.lit("updated")}),
-        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
-                                         "change": F.lit("deleted")}),
-    ])
+    events = version_events(inputs, "acls", ["acl_id"], ("created", "updated", "deleted"))
     events = (events.withColumn("resource_type", enum_name("aclResourceType", F.col("resource_type")))
               .withColumn("pattern_type", enum_name("aclPatternType", F.col("pattern_type")))
               .withColumn("operation", enum_name("aclOperation", F.col("operation")))
@@ -474,21 +470,13 @@ def acl_changes(inputs: Inputs) -> DataFrame:
 
 def scram_changes(inputs: Inputs) -> DataFrame:
     """SCRAM credentials created, updated (credential changed or not) and deleted; never the keys."""
-    s = at_start(inputs, with_previous(inputs.history("scram_users"), ["cluster_id", "mechanism", "name"]))
-    here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"),
-            "iterations_before": F.col("_prev.iterations"), "iterations": F.col("iterations"),
-            "credential_changed": F.lit(True)}
-    first = F.col("_prev").isNull()
-    events = explode_events(s, [
-        (first & F.col("_at_start"), {**here, "change": F.lit("present_at_start"),
-                                      "credential_changed": F.lit(False)}),
-        (first & ~F.col("_at_start"), {**here, "change": F.lit("created")}),
-        (~first, {**here, "change": F.lit("updated"),
-                  "credential_changed": F.col("credential_hash") != F.col("_prev.credential_hash")}),
-        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
-                                         "iterations_before": F.col("iterations"),
-                                         "iterations": F.lit(None).cast("int"), "change": F.lit("deleted")}),
-    ])
+    events = version_events(
+        inputs, "scram_users", ["mechanism", "name"], ("created", "updated", "deleted"),
+        here={"iterations_before": F.col("_prev.iterations"), "iterations": F.col("iterations"),
+              "credential_changed": F.lit(True)},
+        gone={"iterations_before": F.col("iterations"), "iterations": F.lit(None).cast("int")},
+        on_start={"credential_changed": F.lit(False)},
+        on_update={"credential_changed": F.col("credential_hash") != F.col("_prev.credential_hash")})
     events = events.withColumn("user", F.col("name")).withColumn("mechanism",
                                                                  enum_name("scramMechanism", F.col("mechanism")))
     return select_table(events, "scram_changes")

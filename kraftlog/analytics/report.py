@@ -58,12 +58,15 @@ def _in_period(df: DataFrame, period: Period) -> DataFrame:
     return df
 
 
-def report_frames(store: TableStore, cluster_id: str, period: Period) -> dict[str, pd.DataFrame]:
-    """The event rows of one cluster in the period, as pandas frames by table name."""
-    out = {}
+def report_frames(store: TableStore, cluster_ids: list[str], period: Period) -> dict[str, dict[str, pd.DataFrame]]:
+    """The event rows of some clusters in the period, as pandas frames by cluster and table name (one read of
+    each table for all the clusters)."""
+    out: dict[str, dict[str, pd.DataFrame]] = {c: {} for c in cluster_ids}
     for name, table in event_tables().items():
-        df = _in_period(store.read(table).filter(F.col("cluster_id") == cluster_id), period).drop("cluster_id")
-        out[name] = df.toPandas()
+        df: pd.DataFrame = _in_period(store.read(table).filter(F.col("cluster_id").isin(cluster_ids)),
+                                      period).toPandas()
+        for c in cluster_ids:
+            out[c][name] = df[df["cluster_id"] == c].drop(columns="cluster_id").reset_index(drop=True)
     return out
 
 
@@ -82,10 +85,18 @@ class Report:
         return _summary(self.frames)
 
 
+def build_reports(store: TableStore, clusters: list[str] | None, period: Period) -> list[Report]:
+    """The reports of ``clusters`` (ids, or the part after ``source:``; None: every cluster built) over ``period``."""
+    known = sorted(built_clusters(store))
+    ids = [choose_cluster(known, c) for c in clusters] if clusters else known
+    frames = report_frames(store, ids, period)
+    return [Report(c, period, frames[c]) for c in ids]
+
+
 def build_report(store: TableStore, cluster: str | None, period: Period) -> Report:
     """The report of ``cluster`` (its id, or the only cluster built) over ``period``."""
     cluster_id = choose_cluster(sorted(built_clusters(store)), cluster)
-    return Report(cluster_id, period, report_frames(store, cluster_id, period))
+    return build_reports(store, [cluster_id], period)[0]
 
 
 def report_name(cluster_id: str) -> str:

@@ -188,25 +188,28 @@ def _client_quotas(x: Inputs) -> DataFrame:
                  {"value": F.col("value")})
 
 
+def _put_and_remove(kind: str, puts: DataFrame, removes: DataFrame, key: dict[str, Column],
+                    values: dict[str, Column] | None = None) -> DataFrame:
+    """States of a kind written by one record type and deleted by another (its Remove... record)."""
+    values = values if values is not None else {c: F.col(c) for c in BY_NAME[kind].value_names}
+    return state(puts, kind, True, key, values).unionByName(state(removes, kind, False, key))
+
+
 def _acls(x: Inputs) -> DataFrame:
-    key = {"acl_id": F.col("id")}
-    values = {c: F.col(c) for c in BY_NAME["acls"].value_names}
-    return state(x.rows("access_control_entry_record"), "acls", True, key, values).unionByName(
-        state(x.rows("remove_access_control_entry_record"), "acls", False, key))
+    return _put_and_remove("acls", x.rows("access_control_entry_record"),
+                           x.rows("remove_access_control_entry_record"), {"acl_id": F.col("id")})
 
 
 def _scram_users(x: Inputs) -> DataFrame:
-    key = {"mechanism": F.col("mechanism"), "name": F.col("name")}
-    return state(x.with_value_hash("user_scram_credential_record"), "scram_users", True, key, {
-        "iterations": F.col("iterations"), "credential_hash": F.col("value_hash")}).unionByName(
-        state(x.rows("remove_user_scram_credential_record"), "scram_users", False, key))
+    return _put_and_remove("scram_users", x.with_value_hash("user_scram_credential_record"),
+                           x.rows("remove_user_scram_credential_record"),
+                           {"mechanism": F.col("mechanism"), "name": F.col("name")},
+                           {"iterations": F.col("iterations"), "credential_hash": F.col("value_hash")})
 
 
 def _delegation_tokens(x: Inputs) -> DataFrame:
-    key = {"token_id": F.col("token_id")}
-    values = {c: F.col(c) for c in BY_NAME["delegation_tokens"].value_names}
-    return state(x.rows("delegation_token_record"), "delegation_tokens", True, key, values).unionByName(
-        state(x.rows("remove_delegation_token_record"), "delegation_tokens", False, key))
+    return _put_and_remove("delegation_tokens", x.rows("delegation_token_record"),
+                           x.rows("remove_delegation_token_record"), {"token_id": F.col("token_id")})
 
 
 def _features(x: Inputs) -> DataFrame:
