@@ -60,100 +60,96 @@ class EntityKind:
                         properties={"kraftlog.entity": self.name})
 
 
-def _k(name: str, t: pa.DataType, comment: str) -> pa.Field:
-    return col(name, t, comment)
-
-
 KINDS: tuple[EntityKind, ...] = (
-    EntityKind("brokers", (_k("broker_id", pa.int32(), "Broker id"),), (
-        _k("broker_epoch", pa.int64(), "Broker epoch: the offset of its registration"),
-        _k("incarnation_id", pa.string(), "Incarnation of the broker process"),
-        _k("listeners", _LISTENERS, "Endpoints, by name"),
-        _k("supported_features", _FEATURES, "Supported feature ranges, by name"),
-        _k("rack", pa.string(), "Rack"),
-        _k("fenced", pa.bool_(), "Fenced"),
-        _k("in_controlled_shutdown", pa.bool_(), "In controlled shutdown"),
-        _k("is_migrating_zk_broker", pa.bool_(), "ZK broker in migration"),
-        _k("directories", _STRINGS, "Online log directories (sorted)"),
-        _k("cordoned_directories", _STRINGS, "Cordoned log directories (null: unknown)"),
+    EntityKind("brokers", (col("broker_id", pa.int32(), "Broker id"),), (
+        col("broker_epoch", pa.int64(), "Broker epoch: the offset of its registration"),
+        col("incarnation_id", pa.string(), "Incarnation of the broker process"),
+        col("listeners", _LISTENERS, "Endpoints, by name"),
+        col("supported_features", _FEATURES, "Supported feature ranges, by name"),
+        col("rack", pa.string(), "Rack"),
+        col("fenced", pa.bool_(), "Fenced"),
+        col("in_controlled_shutdown", pa.bool_(), "In controlled shutdown"),
+        col("is_migrating_zk_broker", pa.bool_(), "ZK broker in migration"),
+        col("directories", _STRINGS, "Online log directories (sorted)"),
+        col("cordoned_directories", _STRINGS, "Cordoned log directories (null: unknown)"),
     ), "Broker registrations (RegisterBroker, BrokerRegistrationChange, Fence/Unfence, UnregisterBroker)."),
-    EntityKind("controllers", (_k("controller_id", pa.int32(), "Controller id"),), (
-        _k("incarnation_id", pa.string(), "Incarnation of the controller process"),
-        _k("zk_migration_ready", pa.bool_(), "ZK migration configured"),
-        _k("listeners", _LISTENERS, "Endpoints, by name"),
-        _k("supported_features", _FEATURES, "Supported feature ranges, by name"),
+    EntityKind("controllers", (col("controller_id", pa.int32(), "Controller id"),), (
+        col("incarnation_id", pa.string(), "Incarnation of the controller process"),
+        col("zk_migration_ready", pa.bool_(), "ZK migration configured"),
+        col("listeners", _LISTENERS, "Endpoints, by name"),
+        col("supported_features", _FEATURES, "Supported feature ranges, by name"),
     ), "Controller registrations (KIP-919)."),
-    EntityKind("topics", (_k("topic_id", pa.string(), "Topic id (Kafka's Base64 form)"),), (
-        _k("name", pa.string(), "Topic name"),
+    EntityKind("topics", (col("topic_id", pa.string(), "Topic id (Kafka's Base64 form)"),), (
+        col("name", pa.string(), "Topic name"),
     ), "Topics by id (a re-created topic is a new id)."),
-    EntityKind("partitions", (_k("topic_id", pa.string(), "Topic id"),
-                              _k("partition_id", pa.int32(), "Partition")), (
-        _k("topic_name", pa.string(), "Topic name"),
-        _k("replicas", _INTS, "Replicas in preferred order"),
-        _k("isr", _INTS, "In-sync replicas"),
-        _k("removing_replicas", _INTS, "Replicas being removed"),
-        _k("adding_replicas", _INTS, "Replicas being added"),
-        _k("elr", _INTS, "Eligible leader replicas (KIP-966)"),
-        _k("last_known_elr", _INTS, "Last known ELR"),
-        _k("leader", pa.int32(), "Leader (-1: none)"),
-        _k("leader_recovery_state", pa.int8(), "0 RECOVERED, 1 RECOVERING (after an unclean election)"),
-        _k("leader_epoch", pa.int32(), "Leader epoch (computed as Kafka does)"),
-        _k("partition_epoch", pa.int32(), "Partition epoch (computed as Kafka does)"),
-        _k("directories", _STRINGS, "Log directory of each replica (MIGRATING / UNASSIGNED ids where unknown)"),
+    EntityKind("partitions", (col("topic_id", pa.string(), "Topic id"),
+                              col("partition_id", pa.int32(), "Partition")), (
+        col("topic_name", pa.string(), "Topic name"),
+        col("replicas", _INTS, "Replicas in preferred order"),
+        col("isr", _INTS, "In-sync replicas"),
+        col("removing_replicas", _INTS, "Replicas being removed"),
+        col("adding_replicas", _INTS, "Replicas being added"),
+        col("elr", _INTS, "Eligible leader replicas (KIP-966)"),
+        col("last_known_elr", _INTS, "Last known ELR"),
+        col("leader", pa.int32(), "Leader (-1: none)"),
+        col("leader_recovery_state", pa.int8(), "0 RECOVERED, 1 RECOVERING (after an unclean election)"),
+        col("leader_epoch", pa.int32(), "Leader epoch (computed as Kafka does)"),
+        col("partition_epoch", pa.int32(), "Partition epoch (computed as Kafka does)"),
+        col("directories", _STRINGS, "Log directory of each replica (MIGRATING / UNASSIGNED ids where unknown)"),
     ), "Partition registrations (PartitionRecord, PartitionChangeRecord, ClearElr, RemoveTopic)."),
-    EntityKind("configs", (_k("resource_type", pa.int8(), "2 TOPIC, 4 BROKER, 8 BROKER_LOGGER, 16 CLIENT_METRICS, "
+    EntityKind("configs", (col("resource_type", pa.int8(), "2 TOPIC, 4 BROKER, 8 BROKER_LOGGER, 16 CLIENT_METRICS, "
                               "32 GROUP"),
-                           _k("resource_name", pa.string(), "Resource name (\"\" = cluster default broker config)"),
-                           _k("name", pa.string(), "Config key")), (
-        _k("value", pa.string(), "Value; (redacted) where sensitive"),
+                           col("resource_name", pa.string(), "Resource name (\"\" = cluster default broker config)"),
+                           col("name", pa.string(), "Config key")), (
+        col("value", pa.string(), "Value; (redacted) where sensitive"),
     ), "Dynamic configs (ConfigRecord; RemoveTopic deletes the topic's configs)."),
-    EntityKind("client_quotas", (_k("entity", pa.string(), "The entity as JSON [[type, name], ...] sorted by type "
+    EntityKind("client_quotas", (col("entity", pa.string(), "The entity as JSON [[type, name], ...] sorted by type "
                                     "(name null = default)"),
-                                 _k("key", pa.string(), "Quota key")), (
-        _k("value", pa.float64(), "Quota value"),
+                                 col("key", pa.string(), "Quota key")), (
+        col("value", pa.float64(), "Quota value"),
     ), "Client quotas (ClientQuotaRecord)."),
-    EntityKind("acls", (_k("acl_id", pa.string(), "ACL id"),), (
-        _k("resource_type", pa.int8(), "2 TOPIC, 3 GROUP, 4 CLUSTER, 5 TRANSACTIONAL_ID, 6 DELEGATION_TOKEN, 7 USER"),
-        _k("resource_name", pa.string(), "Resource name"),
-        _k("pattern_type", pa.int8(), "3 LITERAL, 4 PREFIXED"),
-        _k("principal", pa.string(), "Principal"),
-        _k("host", pa.string(), "Host"),
-        _k("operation", pa.int8(), "2 ALL ... 15 TWO_PHASE_COMMIT"),
-        _k("permission_type", pa.int8(), "2 DENY, 3 ALLOW"),
+    EntityKind("acls", (col("acl_id", pa.string(), "ACL id"),), (
+        col("resource_type", pa.int8(), "2 TOPIC, 3 GROUP, 4 CLUSTER, 5 TRANSACTIONAL_ID, 6 DELEGATION_TOKEN, 7 USER"),
+        col("resource_name", pa.string(), "Resource name"),
+        col("pattern_type", pa.int8(), "3 LITERAL, 4 PREFIXED"),
+        col("principal", pa.string(), "Principal"),
+        col("host", pa.string(), "Host"),
+        col("operation", pa.int8(), "2 ALL ... 15 TWO_PHASE_COMMIT"),
+        col("permission_type", pa.int8(), "2 DENY, 3 ALLOW"),
     ), "ACLs (KIP-801)."),
-    EntityKind("scram_users", (_k("mechanism", pa.int8(), "1 SCRAM-SHA-256, 2 SCRAM-SHA-512"),
-                               _k("name", pa.string(), "User")), (
-        _k("iterations", pa.int32(), "Iterations"),
-        _k("credential_hash", pa.int64(), "Fingerprint of the credential record (salt and keys stay redacted)"),
+    EntityKind("scram_users", (col("mechanism", pa.int8(), "1 SCRAM-SHA-256, 2 SCRAM-SHA-512"),
+                               col("name", pa.string(), "User")), (
+        col("iterations", pa.int32(), "Iterations"),
+        col("credential_hash", pa.int64(), "Fingerprint of the credential record (salt and keys stay redacted)"),
     ), "SCRAM credentials, redacted."),
-    EntityKind("delegation_tokens", (_k("token_id", pa.string(), "Token id (redacted)"),), (
-        _k("owner", pa.string(), "Owner"),
-        _k("requester", pa.string(), "Requester"),
-        _k("renewers", _STRINGS, "Renewers"),
-        _k("issue_timestamp", pa.int64(), "Issued (ms)"),
-        _k("max_timestamp", pa.int64(), "Not renewable after (ms)"),
-        _k("expiration_timestamp", pa.int64(), "Expires (ms)"),
+    EntityKind("delegation_tokens", (col("token_id", pa.string(), "Token id (redacted)"),), (
+        col("owner", pa.string(), "Owner"),
+        col("requester", pa.string(), "Requester"),
+        col("renewers", _STRINGS, "Renewers"),
+        col("issue_timestamp", pa.int64(), "Issued (ms)"),
+        col("max_timestamp", pa.int64(), "Not renewable after (ms)"),
+        col("expiration_timestamp", pa.int64(), "Expires (ms)"),
     ), "Delegation tokens, redacted."),
-    EntityKind("features", (_k("name", pa.string(), "Feature (metadata.version, group.version, ...)"),), (
-        _k("level", pa.int16(), "Finalized level"),
-        _k("version_name", pa.string(), "metadata.version as a release (3.9-IV0)"),
+    EntityKind("features", (col("name", pa.string(), "Feature (metadata.version, group.version, ...)"),), (
+        col("level", pa.int16(), "Finalized level"),
+        col("version_name", pa.string(), "metadata.version as a release (3.9-IV0)"),
     ), "Finalized features (FeatureLevelRecord; kraft.version records are ignored as Kafka does, KAFKA-18979)."),
     EntityKind("producer_ids", (), (
-        _k("next_producer_id", pa.int64(), "Next producer id block start"),
+        col("next_producer_id", pa.int64(), "Next producer id block start"),
     ), "The producer id high-water mark (ProducerIdsRecord)."),
-    EntityKind("voters", (_k("voter_id", pa.int32(), "Voter (controller) id"),), (
-        _k("directory_id", pa.string(), "Voter directory id"),
-        _k("endpoints", pa.list_(pa.struct([("name", pa.string()), ("host", pa.string()), ("port", pa.int32())])),
+    EntityKind("voters", (col("voter_id", pa.int32(), "Voter (controller) id"),), (
+        col("directory_id", pa.string(), "Voter directory id"),
+        col("endpoints", pa.list_(pa.struct([("name", pa.string()), ("host", pa.string()), ("port", pa.int32())])),
            "Endpoints, by name"),
-        _k("kraft_min_version", pa.int16(), "Lowest kraft.version supported"),
-        _k("kraft_max_version", pa.int16(), "Highest kraft.version supported"),
+        col("kraft_min_version", pa.int16(), "Lowest kraft.version supported"),
+        col("kraft_max_version", pa.int16(), "Highest kraft.version supported"),
     ), "KRaft voters (KIP-853 VotersRecord: each replaces the set)."),
     EntityKind("kraft_version", (), (
-        _k("kraft_version", pa.int16(), "kraft.version of the quorum: 0 static voters, 1 dynamic (KIP-853)"),
+        col("kraft_version", pa.int16(), "kraft.version of the quorum: 0 static voters, 1 dynamic (KIP-853)"),
     ), "The KRaft protocol version (KRaftVersionRecord control records)."),
     EntityKind("zk_migration_state", (), (
-        _k("state", pa.int8(), "0 NONE, 1 MIGRATION, 2 PRE_MIGRATION, 3 POST_MIGRATION"),
-        _k("state_name", pa.string(), "State name"),
+        col("state", pa.int8(), "0 NONE, 1 MIGRATION, 2 PRE_MIGRATION, 3 POST_MIGRATION"),
+        col("state_name", pa.string(), "State name"),
     ), "ZK to KRaft migration state (KIP-866)."),
 )
 
