@@ -9,7 +9,9 @@ several nodes at the same offset, and files rewritten in place "compete": their 
 the record-level rules of ``kraftlog.spark.transforms``.
 
 Offsets are known from the batch headers alone (``kraftlog.tables.rows.summarize``), so planning
-costs a header walk.
+costs a header walk. Most clusters do not need even that: ``plan_by_name`` proves from the listing
+alone (file names, data directories, the ledger) that nothing of a cluster competes, and its files
+land in the same pass that reads them for the first time.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from kraftlog.tables.rows import ALL, KeepSpec
+from kraftlog.wire.files import FileInfo
+
+MAX_OFFSET = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -104,3 +109,49 @@ def plan_files(files: list[PlannedFile], landed: dict[str, Landed]) -> Plan:
             else:
                 clean[f.path] = KeepSpec((span,) if grown else (ALL,), keep_batches or 0, sha256=f.sha256)
     return Plan(clean, sorted(contested))
+
+
+@dataclass(frozen=True)
+class ListedFile:
+    """What the listing says of one changed file: its cluster, data directory and name."""
+
+    path: str
+    cluster_id: str
+    data_dir: str
+    info: FileInfo
+    known: bool = False  # an earlier run ingested this path (it grew or was rewritten)
+
+
+def plan_by_name(files: list[ListedFile], landed: dict[str, Landed],
+                 landed_dirs: dict[str, frozenset[str]]) -> dict[str, KeepSpec]:
+    """Files that land without a header pass: those of clusters whose names prove nothing competes.
+
+    A cluster qualifies when all of its files, in this run and in the ledger, come from one data
+    directory, none was ingested before, no snapshot id repeats or was landed, and it brings at most
+    one segment. Names cannot bound what several segments hold (real logs have a segment running past
+    the next one's base offset), so a cluster with more than one new segment is planned from its
+    headers. A new segment after landed offsets keeps its base offset and above, ``strict``ly: a
+    record below it is reported, not landed twice. Clusters that do not qualify are left out:
+    ``plan_files`` plans them from their headers.
+    """
+    out: dict[str, KeepSpec] = {}
+    by_cluster: dict[str, list[ListedFile]] = defaultdict(list)
+    for f in files:
+        by_cluster[f.cluster_id].append(f)
+    for cluster, group in by_cluster.items():
+        done = landed.get(cluster, Landed())
+        dirs = {f.data_dir for f in group} | landed_dirs.get(cluster, frozenset())
+        snaps = [f.info.snapshot_id for f in group if f.info.kind != "segment"]
+        segments = [f for f in group if f.info.kind == "segment"]
+        if len(dirs) > 1 or len(segments) > 1 or any(f.known for f in group) or len(snaps) != len(set(snaps)) \
+                or any(s in done.snapshots for s in snaps):
+            continue
+        if segments and done.intervals:
+            base = segments[0].info.base_offset or 0
+            if base <= max(hi for _, hi in done.intervals):
+                continue
+            out[segments[0].path] = KeepSpec(((base, MAX_OFFSET),), strict=True)
+        elif segments:
+            out[segments[0].path] = KeepSpec((ALL,))
+        out.update((f.path, KeepSpec((ALL,))) for f in group if f.info.kind != "segment")
+    return out

@@ -389,3 +389,22 @@ def test_reads_of_landed_tables_go_through_spark(spark: Any, scenario: Any) -> N
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert "FileScan parquet" in plan  # executors scan the table's files; nothing is collected to the driver
     assert df.filter("record_type = 'TOPIC_RECORD'").count() == DeltaTable(str(wh / "topic_record")).count()
+
+
+def test_a_new_segment_reaching_below_its_base_offset_is_reported_not_landed_twice(spark: Any,
+                                                                                     tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _node_dir(data, 1, "c1", _topics(0, ["a", "b", "c"], 1))
+    wh = tmp_path / "wh"
+    first = _run(spark, [data], wh)
+    assert (first.files_clean, first.files_contested, first.rows_added) == (1, 0, 3)  # planned by its name
+    # a new segment named for offset 3 that also holds offset 2 again (a damaged copy)
+    (data / "node-1" / "__cluster_metadata-0" / "00000000000000000003.log").write_bytes(
+        _topics(2, ["c", "d", "e"], 1))
+    second = _run(spark, [data], wh)
+    assert (second.rows_added, second.errors) == (2, 1)
+    names = _table(wh, "topic_record").sort_by("log_offset").column("name").to_pylist()
+    assert names == ["a", "b", "c", "d", "e"]
+    ledger = next(r for r in _table(wh, "files").to_pylist() if r["path"].endswith("3.log"))
+    assert ledger["status"] == "errors" and "outside the offsets this segment's name allows (3 and above), " \
+        "first at offset 2" in ledger["errors"][0]

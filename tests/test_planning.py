@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from kraftlog.planning import Landed, PlannedFile, plan_files
-from kraftlog.tables.rows import ALL
+from kraftlog.planning import MAX_OFFSET, Landed, ListedFile, PlannedFile, plan_by_name, plan_files
+from kraftlog.tables.rows import ALL, KeepSpec
+from kraftlog.wire.files import FileInfo, classify
 
 
 def seg(path: str, first: int, last: int, cluster: str = "c", **kw: object) -> PlannedFile:
@@ -61,3 +62,50 @@ def test_snapshots_compete_only_with_copies_of_the_same_snapshot() -> None:
     assert plan.contested == ["n1/a", "n2/a"] and "n2/b" in plan.clean
     plan = plan_files([snap("n3/b", "200-1")], {"c": Landed((), frozenset({"200-1"}))})
     assert plan.contested == ["n3/b"]
+
+
+# -- planning from the listing alone ------------------------------------------------------------------
+
+def listed(path: str, cluster: str = "c", data_dir: str = "n1", known: bool = False) -> ListedFile:
+    return ListedFile(path, cluster, data_dir, classify(path) or FileInfo("segment"), known)
+
+
+SEG0, SEG100 = "n1/00000000000000000000.log", "n1/00000000000000000100.log"
+SNAP = "n1/00000000000000000050-0000000001.checkpoint"
+
+
+def test_a_new_single_node_cluster_lands_by_its_names() -> None:
+    keep = plan_by_name([listed(SEG0), listed(SNAP)], {}, {})
+    assert keep == {SEG0: KeepSpec((ALL,)), SNAP: KeepSpec((ALL,))}
+
+
+def test_several_segments_need_their_headers() -> None:
+    # real logs have a segment running past the next one's base offset: names cannot bound them
+    assert plan_by_name([listed(SEG0), listed(SEG100)], {}, {}) == {}
+
+
+def test_copies_from_several_data_directories_need_their_headers() -> None:
+    assert plan_by_name([listed(SEG0), listed("n2/00000000000000000000.log", data_dir="n2")], {}, {}) == {}
+    assert plan_by_name([listed(SEG0)], {}, {"c": frozenset({"n2"})}) == {}  # n2 was ingested before
+
+
+def test_a_file_ingested_before_needs_its_headers() -> None:
+    assert plan_by_name([listed(SEG0, known=True)], {}, {}) == {}
+
+
+def test_a_new_segment_after_landed_offsets_keeps_its_span_strictly() -> None:
+    keep = plan_by_name([listed(SEG100)], {"c": Landed(((0, 99),))}, {"c": frozenset({"n1"})})
+    assert keep[SEG100] == KeepSpec(((100, MAX_OFFSET),), strict=True)
+    assert plan_by_name([listed(SEG100)], {"c": Landed(((0, 120),))}, {"c": frozenset({"n1"})}) == {}
+
+
+def test_a_repeated_or_landed_snapshot_needs_its_headers() -> None:
+    deleted = SNAP + ".deleted"
+    assert plan_by_name([listed(SNAP), listed(deleted)], {}, {}) == {}
+    assert plan_by_name([listed(SNAP)], {"c": Landed((), frozenset({"00000000000000000050-0000000001"}))},
+                        {"c": frozenset({"n1"})}) == {}
+
+
+def test_clusters_are_planned_independently() -> None:
+    keep = plan_by_name([listed(SEG0), listed(SEG100), listed("m/00000000000000000000.log", "other", "m")], {}, {})
+    assert list(keep) == ["m/00000000000000000000.log"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -90,6 +91,29 @@ def read_meta_properties(spark: SparkSession, paths: list[str]) -> dict[str, Met
             for r in rows}
 
 
+FILES_PER_ARROW_BATCH = 8
+_ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
+
+
+@contextmanager
+def reading_files(spark: SparkSession, files_per_batch: int = FILES_PER_ARROW_BATCH) -> Iterator[None]:
+    """Arrow batches of a few ``binaryFile`` rows for the jobs run inside (restored afterwards).
+
+    Spark's default (10,000 rows per batch) puts a whole task's files, hundreds of MB, in one Arrow
+    batch, which the JVM builds by growing its buffers again and again: on the 10x corpus 8 files per
+    batch moves the bytes to Python about 3x faster.
+    """
+    before = spark.conf.get(_ARROW_BATCH, None)
+    spark.conf.set(_ARROW_BATCH, str(files_per_batch))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(_ARROW_BATCH)
+        else:
+            spark.conf.set(_ARROW_BATCH, before)
+
+
 def file_contents(spark: SparkSession, paths: list[str]) -> DataFrame:
     """``binaryFile`` rows (path, modificationTime, content) of ``paths``.
 
@@ -134,18 +158,34 @@ def stage_index(contents: DataFrame, identities: dict[str, tuple[FileIdentity, i
     return sum(r["rows"] for r in contents.mapInArrow(run, "rows long").collect())
 
 
+class _LandRouter:
+    """Router for ``TableStore.stage`` over ``binaryFile`` rows: pass 2, land what the plan keeps.
+
+    Chunks span Arrow batches (``flush`` at the end of a partition), so small batches of big files
+    still make few, large row groups.
+    """
+
+    def __init__(self, identities: dict[str, tuple[FileIdentity, int]], keep: dict[str, KeepSpec], run_id: str):
+        self.identities, self.keep, self.run_id = identities, keep, run_id
+        self._lander: FileLander | None = None
+
+    @property
+    def lander(self) -> FileLander:
+        if self._lander is None:  # built on the executor
+            self._lander = FileLander(self.run_id)
+        return self._lander
+
+    def __call__(self, b: pa.RecordBatch) -> Iterator[dict[str, pa.Table]]:
+        return self.lander.feed((ref, self.keep[ref.path]) for ref in refs(b, self.identities))
+
+    def flush(self) -> Iterator[dict[str, pa.Table]]:
+        return self.lander.flush()
+
+
 def land_router(identities: dict[str, tuple[FileIdentity, int]], keep: dict[str, KeepSpec], run_id: str
                 ) -> Callable[[pa.RecordBatch], Iterator[dict[str, pa.Table]]]:
     """Router for ``TableStore.stage`` over ``binaryFile`` rows: pass 2, land what the plan keeps."""
-    state: dict[str, FileLander] = {}
-
-    def route(b: pa.RecordBatch) -> Iterator[dict[str, pa.Table]]:
-        lander = state.get("lander")
-        if lander is None:
-            lander = state["lander"] = FileLander(run_id)
-        return lander.land((ref, keep[ref.path]) for ref in refs(b, identities))
-
-    return route
+    return _LandRouter(identities, keep, run_id)
 
 
 # -- SQL functions -----------------------------------------------------------------------------------

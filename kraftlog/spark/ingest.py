@@ -3,7 +3,9 @@
 1. **recover**: roll forward any earlier run that was killed after staging (``TableStore.recover``);
 2. **discover**: list the data directories (metadata only) and read their ``meta.properties``;
 3. **what changed**: compare sizes and modification times with the ``files`` ledger;
-4. **summarize** (pass 0) and **plan** (``kraftlog.planning``): clean files land directly; files whose
+4. **plan** (``kraftlog.planning``): clusters whose file names prove that nothing competes (one data
+   directory, new files, no overlap with the ledger) land directly, with no extra read; the others are
+   **summarized** (pass 0, a header walk) and planned: clean files land directly; files whose
    records compete with other copies are **indexed** (pass 1) and **decided** record by record
    (``kraftlog.spark.transforms``), which yields divergence rows, replaced rows and, per file, the offset
    ranges to land;
@@ -30,12 +32,13 @@ from pyspark.sql import functions as F
 
 from kraftlog.config import Config
 from kraftlog.identity import resolve_identity
-from kraftlog.planning import Landed, PlannedFile, plan_files
+from kraftlog.planning import Landed, ListedFile, PlannedFile, plan_by_name, plan_files
 from kraftlog.spark.decode import (
     file_contents,
     land_router,
     qualify,
     read_meta_properties,
+    reading_files,
     spark_lister,
     stage_index,
     summaries,
@@ -75,6 +78,14 @@ class IngestResult:
     seconds: float = 0.0
     recovered: list[str] = field(default_factory=list)
     table_rows: dict[str, int] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds: setup, discover, plan, decide, land, commit
+    _mark: float = field(default_factory=time.time, repr=False)
+
+    def phase(self, name: str) -> None:
+        """Close the phase ``name`` (it lasted since the previous mark)."""
+        now = time.time()
+        self.phases[name] = round(self.phases.get(name, 0.0) + now - self._mark, 3)
+        self._mark = now
 
     def line(self) -> str:
         rec = f", recovered {len(self.recovered)} interrupted run(s)" if self.recovered else ""
@@ -127,6 +138,7 @@ def ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableS
     for t in cat.all():
         store.ensure(t)
     result.recovered = [m.run_id for m in store.recover()]
+    result.phase("setup")
 
     # discover: directory listings (metadata only); meta.properties parsed on the executors
     dirs = scan([qualify(spark, p) for p in inputs], spark_lister(spark))
@@ -141,8 +153,9 @@ def ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableS
 
     # what changed: the ledger is small (one row per file version)
     ledger = [r.asDict() for r in store.read(cat.core["files"]).select(
-        "path", "cluster_id", "file_kind", "snapshot_id", "size", "content_sha256", "first_offset", "last_offset",
-        (F.unix_micros("modification_time") / 1000).cast("long").alias("mtime_ms"), "ingested_at").collect()]
+        "path", "cluster_id", "data_dir", "file_kind", "snapshot_id", "size", "content_sha256", "first_offset",
+        "last_offset", (F.unix_micros("modification_time") / 1000).cast("long").alias("mtime_ms"),
+        "ingested_at").collect()]
     latest: dict[str, dict[str, object]] = {}
     for r in sorted(ledger, key=lambda r: r["ingested_at"]):
         latest[r["path"]] = r
@@ -152,11 +165,13 @@ def ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableS
     manifest = Manifest(run_id, run_seq)
     todo = {p: f for p, f in changed.items() if f.size > 0}  # binaryFile skips empty files
     empty_rows = [_empty_file_row(p, f, run_id) for p, f in changed.items() if f.size == 0]
+    result.phase("discover")
     if empty_rows:
         manifest.files += store.stage_small(cat.core["files"], pa.Table.from_pylist(empty_rows, cat["files"].schema),
                                             run_id)
     if todo:
-        _run(spark, store, cat, config, todo, ledger, latest, manifest, result)
+        with reading_files(spark):
+            _run(spark, store, cat, config, todo, ledger, latest, manifest, result)
     else:
         log.info("nothing new: every file is already in the ledger")
     return _finish(store, cat, manifest, result, t0, inputs)
@@ -172,7 +187,38 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, config: Config, t
     contents = file_contents(spark, ordered)
     log.info("reading %d new or changed files (%.1f MB)", len(todo), sum(sizes.values()) / 1e6)
 
-    # pass 0 and the plan
+    # clusters whose file names prove that nothing competes land without a header pass
+    named = plan_by_name([ListedFile(p, todo[p].identity.cluster_id, todo[p].identity.data_dir,
+                                     file_layout(p)[0], p in latest) for p in ordered],
+                         _landed(ledger), _landed_dirs(ledger))
+    rest = [p for p in ordered if p not in named]
+    keep = dict(named)
+    result.files_clean = len(named)
+    if rest:
+        keep.update(_plan_from_headers(spark, store, cat, config, rest, todo, ids, sizes, ledger, latest, manifest,
+                                       result))
+    log.info("plan: %d files land directly (%d by their names), %d compete with other copies",
+             result.files_clean, len(named), result.files_contested)
+    result.phase("plan")
+
+    # pass 2: land
+    tables = [cat.core["records"], cat.core["batches"], cat.core["files"], *cat.typed.values()]
+    staged = store.stage(contents, tables, land_router(ids, keep, run_id), run_id)
+    manifest.files += staged
+    ledger_rows = [f for f in staged if f.table == "files"]
+    result.rows_added = sum(f.num_records for f in staged if f.table == "records")
+    result.records_decoded = _sum_ledger(spark, ledger_rows, "records")
+    result.errors = _sum_ledger(spark, ledger_rows, "error_count")
+    log.info("landed %d new records from %d decoded", result.rows_added, result.records_decoded)
+    result.phase("land")
+
+
+def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, config: Config, ordered: list[str],
+                       todo: dict[str, _File], ids: dict[str, tuple[FileIdentity, int]], sizes: dict[str, int],
+                       ledger: list[dict[str, object]], latest: dict[str, dict[str, object]], manifest: Manifest,
+                       result: IngestResult) -> dict[str, KeepSpec]:
+    """Pass 0 over ``ordered`` (a header walk), the plan, and the record-level choice for contested files."""
+    contents = file_contents(spark, ordered)
     prefix = {p: int(latest[p]["size"]) for p in ordered if p in latest}  # type: ignore[call-overload]
     summary = {r["path"]: r for r in summaries(contents, prefix)}
     planned = []
@@ -185,28 +231,23 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, config: Config, t
                                    prev["last_offset"] if prev else None,  # type: ignore[arg-type]
                                    unchanged))
     plan = plan_files(planned, _landed(ledger))
-    result.files_clean, result.files_contested = len(plan.clean), len(plan.contested)
+    result.files_clean += len(plan.clean)
+    result.files_contested = len(plan.contested)
     keep = dict(plan.clean)
-    log.info("plan: %d files land directly, %d compete with other copies", len(plan.clean), len(plan.contested))
     if plan.contested:
-        keep.update(_decide(spark, store, cat, config, plan.contested, planned, ids, sizes, latest, manifest,
-                            result))
-
-    # pass 2: land
-    tables = [cat.core["records"], cat.core["batches"], cat.core["files"], *cat.typed.values()]
-    staged = store.stage(contents, tables, land_router(ids, keep, run_id), run_id)
-    manifest.files += staged
-    ledger_rows = [f for f in staged if f.table == "files"]
-    result.rows_added = sum(f.num_records for f in staged if f.table == "records")
-    result.records_decoded = _sum_ledger(spark, ledger_rows, "records")
-    result.errors = _sum_ledger(spark, ledger_rows, "error_count")
-    log.info("landed %d new records from %d decoded", result.rows_added, result.records_decoded)
+        keep.update(_decide(spark, store, cat, config, plan.contested, planned, ids, sizes, latest,
+                            {str(r["cluster_id"]) for r in ledger}, manifest, result))
+    return keep
 
 
 def _decide(spark: SparkSession, store: TableStore, cat: Catalog, config: Config, contested: list[str],
             planned: list[PlannedFile], ids: dict[str, tuple[FileIdentity, int]], sizes: dict[str, int],
-            latest: dict[str, dict[str, object]], manifest: Manifest, result: IngestResult) -> dict[str, KeepSpec]:
-    """Record-level choice for competing files: divergence, replaced rows, and what each file lands."""
+            latest: dict[str, dict[str, object]], landed_clusters: set[str], manifest: Manifest,
+            result: IngestResult) -> dict[str, KeepSpec]:
+    """Record-level choice for competing files: divergence, replaced rows, and what each file lands.
+
+    ``landed_clusters``: clusters the ledger holds files of (only their landed rows can compete).
+    """
     run_id = manifest.run_id
     staging = store.warehouse.rstrip("/") + f"/_kraftlog/staging/{run_id}/index"
     csizes = {p: sizes[p] for p in contested}
@@ -215,6 +256,7 @@ def _decide(spark: SparkSession, store: TableStore, cat: Catalog, config: Config
     by_path = {f.path: f for f in planned}
     keep: dict[str, KeepSpec] = {p: KeepSpec((), _min_position(by_path[p]), sha256=by_path[p].sha256)
                                  for p in contested}
+    result.phase("plan")
     if not indexed:
         return keep
     records = spark.read.parquet(staging)
@@ -223,16 +265,21 @@ def _decide(spark: SparkSession, store: TableStore, cat: Catalog, config: Config
     try:
         clusters = sorted({ids[p][0].cluster_id for p in contested})
         winners, run_divergence = pick_canonical(decided, records, paths)
-        existing = store.read(cat.core["records"]).filter(F.col("cluster_id").isin(clusters)).select(
-            "cluster_id", "snapshot_id", "log_offset", "snapshot_seq", "value_hash", "batch_epoch", "node_id",
-            "file", "record_type", "timestamp", "data_json", "is_control", "api_key")
-        to_append, replace_keys, old_divergence = against_existing(winners, existing, paths, records)
         div = cat.core["divergence"]
-        divergence = new_rows(run_divergence.unionByName(old_divergence),
-                              store.read(div).filter(F.col("cluster_id").isin(clusters)), list(div.key))
-        manifest.files += store.stage(divergence, [div], _divergence_router(run_id), run_id)
+        if landed_clusters & set(clusters):
+            existing = store.read(cat.core["records"]).filter(F.col("cluster_id").isin(clusters)).select(
+                "cluster_id", "snapshot_id", "log_offset", "snapshot_seq", "value_hash", "batch_epoch", "node_id",
+                "file", "record_type", "timestamp", "data_json", "is_control", "api_key")
+            to_append, replace_keys, old_divergence = against_existing(winners, existing, paths, records)
+            divergence = new_rows(run_divergence.unionByName(old_divergence),
+                                  store.read(div).filter(F.col("cluster_id").isin(clusters)), list(div.key))
+            replaced = replace_keys.collect()
+        else:  # the ledger holds nothing of these clusters: no landed row to compare with
+            to_append, divergence, replaced = winners, run_divergence, []
+        # few rows, rendered in Python: one task (each task would start a worker and compile the codec)
+        manifest.files += store.stage(divergence.repartition(1), [div], _divergence_router(run_id), run_id)
         result.divergent = manifest.rows("divergence")
-        manifest.deletes += _replacement_deletes(cat, replace_keys.collect())
+        manifest.deletes += _replacement_deletes(cat, replaced)
         id_to_path = {i: p for p, (_, i) in ids.items()}
         for r in keep_ranges(to_append).collect():
             p = id_to_path[r["file_id"]]
@@ -247,6 +294,7 @@ def _decide(spark: SparkSession, store: TableStore, cat: Catalog, config: Config
                                            k.landed_batches | {(r["position"], r["crc"])}, k.sha256)
         log.info("divergence: %d new rows; %d landed rows replaced by higher-epoch copies", result.divergent,
                  sum(1 for _ in manifest.deletes))
+        result.phase("decide")
     finally:
         decided.unpersist()
     return keep
@@ -268,6 +316,14 @@ def _landed(ledger: list[dict[str, object]]) -> dict[str, Landed]:
             snaps.setdefault(c, set()).add(str(r["snapshot_id"]))
     return {c: Landed(tuple(sorted(intervals.get(c, ()))), frozenset(snaps.get(c, ())))
             for c in set(intervals) | set(snaps)}
+
+
+def _landed_dirs(ledger: list[dict[str, object]]) -> dict[str, frozenset[str]]:
+    """The data directories earlier runs ingested, per cluster."""
+    dirs: dict[str, set[str]] = {}
+    for r in ledger:
+        dirs.setdefault(str(r["cluster_id"]), set()).add(str(r["data_dir"]))
+    return {c: frozenset(d) for c, d in dirs.items()}
 
 
 def _replacement_deletes(cat: Catalog, keys: list[Any]) -> list[tuple[str, str]]:
@@ -318,7 +374,9 @@ def _finish(store: TableStore, cat: Catalog, manifest: Manifest, result: IngestR
     manifest.order = ["divergence", *cat.typed, "records", "batches", "files", "runs"]
     store.commit(manifest)
     store.discard_staging(result.run_id)
+    result.phase("commit")
     result.seconds = time.time() - t0
+    log.info("phases: %s", ", ".join(f"{k} {v:.1f} s" for k, v in result.phases.items()))
     return result
 
 

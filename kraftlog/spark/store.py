@@ -120,6 +120,23 @@ def _stats(t: pa.Table) -> str:
     return json.dumps({"numRecords": t.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
 
 
+FREE_TEXT = frozenset({"data_json", "error", "loser_data_json"})
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """Columns worth Parquet dictionary encoding: top-level strings (ids, names, kinds), not JSON or error text.
+
+    Dictionaries on integer columns (offsets, timestamps, hashes, nearly all distinct) cost the writer
+    more than they save; zstd packs those better: on the corpus, writing ``records``, ``batches`` and
+    ``no_op_record`` takes half the time and the files are 28% smaller than with dictionaries everywhere.
+    """
+    return [f.name for f in schema if pa.types.is_string(f.type) and f.name not in FREE_TEXT]
+
+
+def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    return {"compression": "zstd", "compression_level": 1, "use_dictionary": dictionary_columns(schema)}
+
+
 def write_parquet(table: str, root: str, data: pa.Table, prefix: str = "") -> StagedFile:
     """Write one Parquet file under ``root`` (any pyarrow file system URI)."""
     filesystem, base = pafs.FileSystem.from_uri(root)
@@ -127,7 +144,7 @@ def write_parquet(table: str, root: str, data: pa.Table, prefix: str = "") -> St
     full = base.rstrip("/") + "/" + rel
     filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
     with filesystem.open_output_stream(full) as out:
-        pq.write_table(data, out, compression="zstd", compression_level=1)
+        pq.write_table(data, out, **_parquet_options(data.schema))
     size = filesystem.get_file_info(full).size
     return StagedFile(table, root, rel, int(size or 0), int(time.time() * 1000), data.num_rows, _stats(data))
 
@@ -142,7 +159,7 @@ class _StreamingWriter:
         self.full = base.rstrip("/") + "/" + self.rel
         self.fs.create_dir(self.full.rsplit("/", 1)[0], recursive=True)
         self.stream = self.fs.open_output_stream(self.full)
-        self.writer = pq.ParquetWriter(self.stream, schema, compression="zstd", compression_level=1)
+        self.writer = pq.ParquetWriter(self.stream, schema, **_parquet_options(schema))
         self.rows = 0
         self.stats: list[str] = []
 
@@ -184,17 +201,23 @@ def _stage_partition(batches: Iterable[pa.RecordBatch], roots: dict[str, str], s
                      router: Router, prefix: str) -> Iterator[pa.RecordBatch]:
     """Executor side: route rows to tables; stream each table into one Parquet file per task."""
     writers: dict[str, _StreamingWriter] = {}
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        routed = router(batch)
-        for chunk in [routed] if isinstance(routed, dict) else routed:
-            for name, t in chunk.items():
-                if t.num_rows:
-                    w = writers.get(name)
-                    if w is None:
-                        w = writers[name] = _StreamingWriter(name, roots[name], schemas[name], prefix)
-                    w.write(t)
+
+    def routed() -> Iterator[dict[str, pa.Table]]:
+        for batch in batches:
+            if batch.num_rows:
+                out = router(batch)
+                yield from [out] if isinstance(out, dict) else out
+        flush = getattr(router, "flush", None)  # a router may hold rows back across batches
+        if flush is not None:
+            yield from flush()
+
+    for chunk in routed():
+        for name, t in chunk.items():
+            if t.num_rows:
+                w = writers.get(name)
+                if w is None:
+                    w = writers[name] = _StreamingWriter(name, roots[name], schemas[name], prefix)
+                w.write(t)
     rows = [{k: v for k, v in asdict(w.close()).items() if k != "root"} for w in writers.values()]
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=WRITTEN)
@@ -366,7 +389,7 @@ class DeltaRsStore(_Base):
         schema = spark_schema(table)
         uris = DeltaTable(self.path(table)).file_uris()
         if not uris:
-            return self.spark.createDataFrame([], schema)
+            return _empty(self.spark, schema)
         return self.spark.read.schema(schema).parquet(*uris)
 
     def _delete(self, table: TableDef, predicate: str, run_seq: int) -> None:
@@ -462,7 +485,7 @@ class DeltaSparkStore(_Base):
     def _overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None) -> None:
         uris = [f.root.rstrip("/") + "/" + f.path for f in files]
         df = (self.spark.read.schema(spark_schema(table)).parquet(*uris) if uris
-              else self.spark.createDataFrame([], spark_schema(table)))
+              else _empty(self.spark, spark_schema(table)))
         writer = df.write.format("delta").mode("overwrite").option("userMetadata",
                                                                      json.dumps({"kraftlog.build": build_id}))
         if where is not None:
@@ -485,6 +508,11 @@ def _split(names: list[str]) -> Router:
                 out[name] = pa.Table.from_batches([pa.RecordBatch.from_struct_array(rows)])
         return out
     return route
+
+
+def _empty(spark: SparkSession, schema: Any) -> DataFrame:
+    """An empty DataFrame with no partitions (no task, no Python worker to start)."""
+    return spark.createDataFrame(spark.sparkContext.emptyRDD(), schema)
 
 
 def _sql_str(text: str) -> str:

@@ -58,10 +58,15 @@ def with_paths(df: DataFrame, paths: F.Column, prefix: str = "") -> DataFrame:
 
 
 def with_raw_bytes(df: DataFrame, records: DataFrame) -> DataFrame:
-    """Add the raw ``key`` and ``value`` of each row's record copy (by file and position); for few rows."""
-    raw = records.select("file_id", F.coalesce("snapshot_seq", "log_offset").alias("_pos"), "key", "value")
-    return df.withColumn("_pos", F.coalesce("snapshot_seq", "log_offset")).join(raw, ["file_id", "_pos"], "left") \
-             .drop("_pos")
+    """Add the raw ``key`` and ``value`` of each row's record copy (by file and position); for few rows.
+
+    The records are first cut down to the wanted copies (a semi join against ``df``'s few keys,
+    broadcast), so that no plan ships every record's bytes around to find a handful.
+    """
+    keyed = df.withColumn("_pos", F.coalesce("snapshot_seq", "log_offset"))
+    raw = records.select("file_id", F.coalesce("snapshot_seq", "log_offset").alias("_pos"), "key", "value") \
+        .join(F.broadcast(keyed.select("file_id", "_pos")), ["file_id", "_pos"], "left_semi")
+    return keyed.join(raw, ["file_id", "_pos"], "left").drop("_pos")
 
 
 def decide(records: DataFrame) -> DataFrame:

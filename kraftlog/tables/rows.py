@@ -15,17 +15,27 @@ from __future__ import annotations
 
 import hashlib
 import resource
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from kraftlog.schema.registry import load_schemas
 from kraftlog.tables.definitions import TS, TableDef, catalog
-from kraftlog.wire.batches import CONTROL_MASK, Batch, Record, iter_batches
+from kraftlog.wire.batches import (
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    DELETE_HORIZON_MASK,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    Batch,
+    Record,
+    iter_batches,
+)
 from kraftlog.wire.codegen import UNKNOWN_TAGS
 from kraftlog.wire.compression import CODEC_NAMES
 from kraftlog.wire.errors import KraftDecodeError
@@ -217,20 +227,28 @@ class KeepSpec:
     snapshot) whose records land; ``min_batch_position``: batch rows before it were landed by an
     earlier run (the file grew); ``landed_batches``: (position, crc) pairs already landed (a file
     rewritten in place); ``sha256``: the content the plan was made for; a file that changed since is
-    left for the next run.
+    left for the next run; ``strict``: the ranges are what the file may hold (a segment's span by its
+    name), so a record outside them is a problem of the file, reported in the ledger.
     """
 
     ranges: tuple[tuple[int, int], ...] = (ALL,)
     min_batch_position: int = 0
     landed_batches: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     sha256: str | None = None
+    strict: bool = False
 
     def keeps(self, offset: int) -> bool:
         return any(lo <= offset <= hi for lo, hi in self.ranges)
 
 
 class FileLander:
-    """Rows for ``records``, the typed tables, ``batches`` and ``files`` from whole files."""
+    """Rows for ``records``, the typed tables, ``batches`` and ``files`` from whole files, built column-wise.
+
+    Per record only its position in the log is read in Python; what a record's columns take from its
+    value (type, status, JSON, hash, typed fields) is derived once per distinct (key, value) of a chunk
+    and spread with Arrow ``take``; per-file constants are repeated by Arrow; batch headers are read
+    from the file bytes in one vectorized gather.
+    """
 
     def __init__(self, run_id: str, codec: MetadataCodec | None = None, redactor: Redactor | None = None):
         self.run_id = run_id
@@ -241,6 +259,7 @@ class FileLander:
         self.sensitive_keys = {k for k, s in load_schemas().metadata.items() if self.redactor.is_sensitive_type(s)}
         self.mv_names = load_schemas().enums["metadataVersion"]
         self.hash = _Hasher()
+        self._chunk = _Chunk()
 
     def land(self, files: Iterable[tuple[FileRef, KeepSpec]], rows_per_chunk: int = 1 << 17
              ) -> Iterator[dict[str, pa.Table]]:
@@ -248,37 +267,28 @@ class FileLander:
 
         Tables without rows are left out of a chunk.
         """
-        state = self._empty()
+        yield from self.feed(files, rows_per_chunk)
+        yield from self.flush()
+
+    def feed(self, files: Iterable[tuple[FileRef, KeepSpec]], rows_per_chunk: int = 1 << 17
+             ) -> Iterator[dict[str, pa.Table]]:
+        """Like ``land``, but rows short of a full chunk wait for the next ``feed`` or ``flush``."""
         for ref, keep in files:
-            if keep.sha256 is not None and hashlib.sha256(ref.content).hexdigest() != keep.sha256:
+            content_sha256 = hashlib.sha256(ref.content).hexdigest()
+            if keep.sha256 is not None and content_sha256 != keep.sha256:
                 continue  # changed since the plan: the next run takes it
             with paused_gc():
-                self._file(ref, keep, *state)
-            if len(state[0]["run_id"]) + len(state[1]["run_id"]) >= rows_per_chunk:
-                yield self._tables(*state)
-                state = self._empty()
-        if any(cols["run_id"] for cols in state[:3]):
-            yield self._tables(*state)
+                self._file(ref, keep, content_sha256, self._chunk)
+            if self._chunk.rows >= rows_per_chunk:
+                yield from self.flush()
 
-    def _empty(self) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, list[Any]],
-                              dict[str, list[tuple[int, Decoded]]]]:
-        core = self.cat.core
-        return ({f.name: [] for f in core["records"].schema}, {f.name: [] for f in core["batches"].schema},
-                {f.name: [] for f in core["files"].schema}, defaultdict(list))
+    def flush(self) -> Iterator[dict[str, pa.Table]]:
+        """The rows waiting in the current chunk."""
+        chunk, self._chunk = self._chunk, _Chunk()
+        if chunk.files:
+            yield self._tables(chunk)
 
-    def _tables(self, records: dict[str, list[Any]], batches: dict[str, list[Any]], ledger: dict[str, list[Any]],
-                typed: dict[str, list[tuple[int, Decoded]]]) -> dict[str, pa.Table]:
-        with paused_gc():
-            out = {name: _arrow(cols, self.cat.core[name].schema)
-                   for name, cols in (("records", records), ("batches", batches), ("files", ledger))
-                   if cols["run_id"]}
-            for rtype, rows in typed.items():
-                table = self.cat.by_record_type[rtype]
-                out[table.name] = self._typed(table, out["records"], rows)
-            return out
-
-    def _file(self, ref: FileRef, keep: KeepSpec, rc: dict[str, list[Any]], bc: dict[str, list[Any]],
-              fc: dict[str, list[Any]], typed: dict[str, list[tuple[int, Decoded]]]) -> None:
+    def _file(self, ref: FileRef, keep: KeepSpec, content_sha256: str, ch: _Chunk) -> None:
         info, snap, source, snap_offset = file_layout(ref.path)
         ident = ref.identity
         all_batches: list[Batch] = []
@@ -286,29 +296,32 @@ class FileLander:
         for item in iter_batches(ref.content, ref.path, on_batch=self.decode_batch):
             if isinstance(item, Batch):
                 all_batches.append(item)
-                errors.extend(item.errors)
+                if item.errors:
+                    errors.extend(item.errors)
             else:
                 errors.append(item)
         pairs = [(b, r) for b in all_batches for r in b.records]
         kept = pairs if keep.ranges == (ALL,) else [(b, r) for b, r in pairs if keep.keeps(r.offset)]
-        self._records(rc, typed, kept, ref, snap, source, snap_offset)
-        new_batches = [b for b in all_batches if b.position >= keep.min_batch_position
-                       and (b.position, b.crc) not in keep.landed_batches]
-        _batch_rows(bc, new_batches, ident, ref.path, info.kind, snap, self.run_id)
+        if keep.strict and len(kept) < len(pairs):
+            errors.append(_outside(ref.path, keep, [(b, r) for b, r in pairs if not keep.keeps(r.offset)]))
+        new_batches = all_batches if keep.min_batch_position <= 0 and not keep.landed_batches else [
+            b for b in all_batches
+            if b.position >= keep.min_batch_position and (b.position, b.crc) not in keep.landed_batches]
+        ch.files.append((ident, ref.path, info.kind, snap, source))
+        self._records(ch, kept, snap_offset)
+        ch.batches(ref.content, new_batches)
         offsets = [r.offset for _, r in pairs]
-        row = {
+        ch.ledger.append({
             "path": ref.path, "cluster_id": ident.cluster_id, "node_id": ident.node_id, "data_dir": ident.data_dir,
             "file_kind": info.kind, "snapshot_id": snap, "deleted_snapshot": info.deleted, "size": len(ref.content),
-            "modification_time": ref.mtime_ms * 1000, "content_sha256": hashlib.sha256(ref.content).hexdigest(),
-            "batches": len(all_batches), "control_batches": sum(1 for b in all_batches if b.is_control),
+            "modification_time": ref.mtime_ms * 1000, "content_sha256": content_sha256,
+            "batches": len(all_batches), "control_batches": sum(1 for b in all_batches if b.attributes & CONTROL_MASK),
             "records": len(pairs), "crc_failures": sum(1 for b in all_batches if not b.crc_valid),
             "first_offset": min(offsets) if offsets else None, "last_offset": max(offsets) if offsets else None,
             "metadata_version": self._metadata_version(pairs), "status": "errors" if errors else "ok",
             "error_count": len(errors), "errors": [e.describe() for e in errors[:MAX_ERRORS_KEPT]],
             "ingested_at": datetime.now(UTC), "run_id": self.run_id,
-        }
-        for k, v in row.items():
-            fc[k].append(v)
+        })
 
     def _metadata_version(self, pairs: list[tuple[Batch, Record]]) -> str | None:
         level = None
@@ -319,108 +332,256 @@ class FileLander:
                 level = d.data["feature_level"]
         return None if level is None else self.mv_names.get(str(level), f"level {level}")
 
-    def _records(self, c: dict[str, list[Any]], typed: dict[str, list[tuple[int, Decoded]]],
-                 pairs: list[tuple[Batch, Record]],
-                 ref: FileRef, snap: str | None, source: str, snap_offset: int | None) -> None:
+    def _records(self, ch: _Chunk, pairs: list[tuple[Batch, Record]], snap_offset: int | None) -> None:
+        """The per-record columns of ``pairs``; value-derived columns go through the chunk's memo."""
         n = len(pairs)
+        ch.record_counts.append(n)
         if not n:
             return
-        ident = ref.identity
-        c["cluster_id"] += [ident.cluster_id] * n
-        c["source"] += [source] * n
-        c["snapshot_id"] += [snap] * n
+        c = ch.rec
         _offsets(c, pairs, snap_offset)
-        decoded: list[Decoded] = [r.decoded for _, r in pairs]  # type: ignore[misc]
         c["batch_epoch"] += [b.partition_leader_epoch for b, _ in pairs]
         c["timestamp"] += [r.timestamp * 1000 for _, r in pairs]
-        c["node_id"] += [ident.node_id] * n
-        c["record_version"] += [d.version for d in decoded]
         c["batch_base_offset"] += [b.base_offset for b, _ in pairs]
-        c["file"] += [ref.path] * n
         c["file_position"] += [r.position if r.position >= 0 else None for _, r in pairs]
-        controls = [bool(b.attributes & CONTROL_MASK) for b, _ in pairs]
-        c["is_control"] += controls
-        c["api_key"] += [d.api_key for d in decoded]
-        c["record_type"] += [d.type for d in decoded]
-        # records of a batch that failed its CRC or framing are kept, but never trusted as ok
-        statuses = [d.status if not b.errors else CORRUPT_BATCH for (b, _), d in zip(pairs, decoded, strict=True)]
-        c["status"] += statuses
-        if all(st == "ok" for st in statuses) and not any(b.errors for b, _ in pairs):
-            c["error"] += [None] * n
-            c["raw_key"] += [None] * n
-            c["raw_value"] += [None] * n
-        else:
-            c["error"] += [_record_error(b, d) for (b, _), d in zip(pairs, decoded, strict=True)]
-            raw = [st != "ok" and (ctl or d.api_key not in self.sensitive_keys)
-                   for ctl, d, st in zip(controls, decoded, statuses, strict=True)]
-            c["raw_key"] += [r.key if k else None for (_, r), k in zip(pairs, raw, strict=True)]
-            c["raw_value"] += [r.value if k else None for (_, r), k in zip(pairs, raw, strict=True)]
-        redacted = [self.redactor(d) if d.data else d for d in decoded]
-        c["data_json"] += ["{}" if d.data == {} else (dumps(payload(d)) if d.data is not None else None)
-                           for d in redacted]
-        c["redacted_fields"] += [list(d.redacted) or None for d in redacted]
-        h = self.hash
-        c["value_hash"] += [h(r.key, r.value) for _, r in pairs]
-        c["run_id"] += [self.run_id] * n
-        by_type = self.cat.by_record_type
-        base = len(c["cluster_id"]) - n
-        for i, (d, st) in enumerate(zip(redacted, statuses, strict=True)):
-            if st == "ok" and d.type in by_type:
-                typed[d.type].append((base + i, d))
+        memo, derive, derived = ch.memo, self._derive, ch.derived
+        index = c["derived"]
+        for b, r in pairs:
+            if b.errors:  # records of a corrupt batch are never shared with a good copy
+                index.append(derived.add(derive(b, r)))
+                continue
+            k = (b.attributes & CONTROL_MASK, r.key, r.value)
+            i = memo.get(k)
+            if i is None:
+                i = memo[k] = derived.add(derive(b, r))
+            index.append(i)
 
-    def _typed(self, table: TableDef, records: pa.Table, rows: list[tuple[int, Decoded]]) -> pa.Table:
-        """A typed table's rows: provenance taken from the record rows, fields from the decoded values."""
-        take = records.select([*TYPED_PROVENANCE, "run_id"]).take(pa.array([i for i, _ in rows], pa.int64()))
-        decoded = [d for _, d in rows]
-        arrays = []
-        for f in table.schema:
-            if f.name in take.column_names:
-                arrays.append(take.column(f.name))
-            elif f.name == "unknown_tagged_fields":
-                arrays.append(pa.array([(d.data or {}).get(UNKNOWN_TAGS) for d in decoded], f.type))
-            elif f.name == "redacted_fields":
-                arrays.append(pa.array([list(d.redacted) or None for d in decoded], f.type))
-            else:
-                arrays.append(pa.array([(d.data or {}).get(f.name) for d in decoded], f.type))
-        return pa.Table.from_arrays(arrays, schema=table.schema)
+    def _derive(self, b: Batch, r: Record) -> tuple[Any, ...]:
+        """What the columns of a record take from its key and value (and its batch's problems)."""
+        d: Decoded = r.decoded  # type: ignore[assignment]
+        ctl = bool(b.attributes & CONTROL_MASK)
+        # records of a batch that failed its CRC or framing are kept, but never trusted as ok
+        status = d.status if not b.errors else CORRUPT_BATCH
+        raw = status != "ok" and (ctl or d.api_key not in self.sensitive_keys)
+        red = self.redactor(d) if d.data else d
+        data_json = "{}" if d.data == {} else (dumps(payload(red)) if d.data is not None else None)
+        typed = self.cat.by_record_type.get(d.type) if status == "ok" else None  # type: ignore[arg-type]
+        return (ctl, d.api_key, d.type, d.version, status, _record_error(b, d), data_json,
+                list(red.redacted) or None, r.key if raw else None, r.value if raw else None,
+                self.hash(r.key, r.value), typed.name if typed else None, red)
+
+    def _tables(self, ch: _Chunk) -> dict[str, pa.Table]:
+        with paused_gc():
+            out: dict[str, pa.Table] = {}
+            records = ch.records_table(self.cat.core["records"].schema, self.run_id)
+            if records is not None:
+                out["records"] = records
+                for name, rows, index in ch.typed_rows():
+                    out[name] = _typed(self.cat.typed[name], records, rows, [ch.derived.decoded[i] for i in index])
+            batches = ch.batches_table(self.cat.core["batches"].schema, self.run_id)
+            if batches is not None:
+                out["batches"] = batches
+            out["files"] = pa.Table.from_pylist(ch.ledger, self.cat.core["files"].schema)
+            return out
+
+
+# what a record's columns take from its value, in the order ``FileLander._derive`` returns them
+_DERIVED = (("is_control", pa.bool_()), ("api_key", pa.int16()), ("record_type", pa.string()),
+            ("record_version", pa.int16()), ("status", pa.string()), ("error", pa.string()),
+            ("data_json", pa.string()), ("redacted_fields", pa.list_(pa.string())), ("raw_key", pa.binary()),
+            ("raw_value", pa.binary()), ("value_hash", pa.int64()), ("typed_table", pa.string()))
+
+
+class _Derived:
+    """The distinct value-derived tuples of a chunk, column-wise, with the redacted ``Decoded`` of each."""
+
+    def __init__(self) -> None:
+        self.columns: list[list[Any]] = [[] for _ in _DERIVED]
+        self.decoded: list[Decoded] = []
+
+    def add(self, values: tuple[Any, ...]) -> int:
+        for column, v in zip(self.columns, values[:-1], strict=True):
+            column.append(v)
+        self.decoded.append(values[-1])
+        return len(self.decoded) - 1
+
+    def arrays(self) -> dict[str, pa.Array]:
+        return {name: pa.array(col, typ) for (name, typ), col in zip(_DERIVED, self.columns, strict=True)}
+
+
+# batch header fields as they sit in the file (big-endian, packed): see ``kraftlog.wire.batches``
+_HEADER_DTYPE = np.dtype([
+    ("base_offset", ">i8"), ("batch_length", ">i4"), ("partition_leader_epoch", ">i4"), ("magic", "i1"),
+    ("crc", ">u4"), ("attributes", ">i2"), ("last_offset_delta", ">i4"), ("base_timestamp", ">i8"),
+    ("max_timestamp", ">i8"), ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"),
+    ("records_count", ">i4")])
+_CODECS = pa.array([CODEC_NAMES.get(i, str(i)) for i in range(8)], pa.string())
+_TIMESTAMP_TYPES = pa.array(["CreateTime", "LogAppendTime"], pa.string())
+
+
+def batch_headers(content: bytes, positions: list[int]) -> np.ndarray:
+    """The RecordBatch headers at ``positions`` of ``content`` as one structured array (vectorized)."""
+    if not positions:
+        return np.empty(0, _HEADER_DTYPE)
+    gather = np.asarray(positions, np.int64)[:, None] + np.arange(_HEADER_DTYPE.itemsize)
+    return np.frombuffer(content, np.uint8)[gather].view(_HEADER_DTYPE).ravel()
+
+
+class _Chunk:
+    """The rows of one output chunk, column-wise."""
+
+    def __init__(self) -> None:
+        self.files: list[tuple[FileIdentity, str, str, str | None, str]] = []  # identity, path, kind, snap, source
+        self.record_counts: list[int] = []
+        self.batch_counts: list[int] = []
+        self.rec: dict[str, list[Any]] = {n: [] for n in ("log_offset", "snapshot_seq", "batch_epoch", "timestamp",
+                                                           "batch_base_offset", "file_position", "derived")}
+        self.memo: dict[tuple[int, bytes | None, bytes | None], int] = {}
+        self.derived = _Derived()
+        self.headers: list[np.ndarray] = []
+        self.positions: list[int] = []
+        self.crc_valid: list[bool] = []
+        self.records_read: list[int] = []
+        self.batch_errors: list[list[str] | None] = []
+        self.ledger: list[dict[str, Any]] = []
+        self.typed_of: pa.Array | None = None  # each record row's typed table (set by records_table)
+
+    @property
+    def rows(self) -> int:
+        return len(self.rec["derived"]) + len(self.positions)
+
+    def batches(self, content: bytes, bs: list[Batch]) -> None:
+        positions = [b.position for b in bs]
+        self.batch_counts.append(len(bs))
+        self.positions += positions
+        self.headers.append(batch_headers(content, positions))
+        self.crc_valid += [b.crc_valid for b in bs]
+        self.records_read += [len(b.records) for b in bs]
+        self.batch_errors += [[e.describe() for e in b.errors] if b.errors else None for b in bs]
+
+    @staticmethod
+    def _per_file(counts: list[int], values: list[Any], typ: pa.DataType) -> pa.Array:
+        """A per-file constant repeated for each of the file's rows."""
+        slots = np.repeat(np.arange(len(counts)), counts)
+        return pa.array(values, typ).take(pa.array(slots))
+
+    def records_table(self, schema: pa.Schema, run_id: str) -> pa.Table | None:
+        if not self.rec["derived"]:
+            return None
+        counts = self.record_counts
+        derived = self.derived.arrays()
+        index = pa.array(self.rec["derived"], pa.int64())
+        arrays: dict[str, pa.Array] = {
+            "cluster_id": self._per_file(counts, [f[0].cluster_id for f in self.files], pa.string()),
+            "source": self._per_file(counts, [f[4] for f in self.files], pa.string()),
+            "snapshot_id": self._per_file(counts, [f[3] for f in self.files], pa.string()),
+            "node_id": self._per_file(counts, [f[0].node_id for f in self.files], pa.int32()),
+            "file": self._per_file(counts, [f[1] for f in self.files], pa.string()),
+            "run_id": _repeat(run_id, len(index)),
+        }
+        for name in ("log_offset", "snapshot_seq", "batch_epoch", "timestamp", "batch_base_offset", "file_position"):
+            arrays[name] = pa.array(self.rec[name], schema.field(name).type)
+        for name, column in derived.items():
+            if name in schema.names:
+                arrays[name] = column.take(index)
+        self.typed_of = derived["typed_table"].take(index)
+        return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
+
+    def typed_rows(self) -> Iterator[tuple[str, np.ndarray, list[int]]]:
+        """(typed table, record row numbers, derived entries) per typed table with rows in this chunk."""
+        if self.typed_of is None:
+            return
+        encoded = self.typed_of.dictionary_encode()
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        index = np.asarray(self.rec["derived"], np.int64)
+        for code, name in enumerate(encoded.dictionary.to_pylist()):
+            rows = np.flatnonzero(codes == code)
+            yield name, rows, index[rows].tolist()
+
+    def batches_table(self, schema: pa.Schema, run_id: str) -> pa.Table | None:
+        if not self.positions:
+            return None
+        h = np.concatenate(self.headers)
+        counts = self.batch_counts
+        attrs = h["attributes"].astype(np.int16)
+        flags = {name: pa.array((attrs & mask) != 0) for name, mask in (
+            ("is_transactional", TRANSACTIONAL_MASK), ("is_control", CONTROL_MASK),
+            ("has_delete_horizon", DELETE_HORIZON_MASK))}
+        arrays: dict[str, pa.Array] = {
+            "cluster_id": self._per_file(counts, [f[0].cluster_id for f in self.files], pa.string()),
+            "node_id": self._per_file(counts, [f[0].node_id for f in self.files], pa.int32()),
+            "file": self._per_file(counts, [f[1] for f in self.files], pa.string()),
+            "file_kind": self._per_file(counts, [f[2] for f in self.files], pa.string()),
+            "snapshot_id": self._per_file(counts, [f[3] for f in self.files], pa.string()),
+            "position": pa.array(self.positions, pa.int64()),
+            "last_offset": pa.array(h["base_offset"].astype(np.int64) + h["last_offset_delta"].astype(np.int64)),
+            "size": pa.array(h["batch_length"].astype(np.int32) + LOG_OVERHEAD),
+            "crc": pa.array(h["crc"].astype(np.int64)),
+            "crc_valid": pa.array(self.crc_valid, pa.bool_()),
+            "compression": _CODECS.take(pa.array(attrs & COMPRESSION_MASK)),
+            "timestamp_type": _TIMESTAMP_TYPES.take(pa.array((attrs & TIMESTAMP_TYPE_MASK) >> 3)),
+            "base_timestamp": pa.array(h["base_timestamp"].astype(np.int64) * 1000, TS),
+            "max_timestamp": pa.array(h["max_timestamp"].astype(np.int64) * 1000, TS),
+            "records_read": pa.array(self.records_read, pa.int32()),
+            "errors": pa.array(self.batch_errors, pa.list_(pa.string())),
+            "run_id": _repeat(run_id, len(self.positions)),
+            **flags,
+        }
+        for f in schema:
+            if f.name not in arrays:
+                arrays[f.name] = pa.array(h[f.name].astype(f.type.to_pandas_dtype()), f.type)
+        return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
+
+
+def _repeat(value: str, n: int) -> pa.Array:
+    return pa.array([value], pa.string()).take(pa.array(np.zeros(n, np.int64)))
+
+
+def _typed(table: TableDef, records: pa.Table, rows: np.ndarray, decoded: list[Decoded]) -> pa.Table:
+    """A typed table's rows: provenance taken from the record rows, fields from the decoded values.
+
+    ``decoded`` repeats the same few objects (one per distinct value): each field is read once per
+    distinct value and spread with ``take``.
+    """
+    take = records.select([*TYPED_PROVENANCE, "run_id"]).take(pa.array(rows))
+    distinct: dict[int, int] = {}
+    slots = [distinct.setdefault(id(d), len(distinct)) for d in decoded]
+    values = list({id(d): d for d in decoded}.values())
+    spread = pa.array(slots, pa.int64())
+    arrays = []
+    for f in table.schema:
+        if f.name in take.column_names:
+            arrays.append(take.column(f.name))
+            continue
+        if f.name == "unknown_tagged_fields":
+            column = [(d.data or {}).get(UNKNOWN_TAGS) for d in values]
+        elif f.name == "redacted_fields":
+            column = [list(d.redacted) or None for d in values]
+        else:
+            column = [(d.data or {}).get(f.name) for d in values]
+        arrays.append(pa.array(column, f.type).take(spread))
+    return pa.Table.from_arrays(arrays, schema=table.schema)
 
 
 TYPED_PROVENANCE = ("cluster_id", "source", "snapshot_id", "log_offset", "snapshot_seq", "batch_epoch",
                     "timestamp", "node_id", "record_version")
 
 
+def _outside(path: str, keep: KeepSpec, dropped: list[tuple[Batch, Record]]) -> KraftDecodeError:
+    """The problem of records a segment holds outside the offsets its name allows (they are not landed)."""
+    b, r = dropped[0]
+    lo, hi = keep.ranges[0] if keep.ranges else ALL
+    allowed = f"{lo}..{hi}" if hi < ALL[1] else f"{lo} and above"
+    return KraftDecodeError(
+        f"{len(dropped)} record(s) outside the offsets this segment's name allows ({allowed}), first at offset "
+        f"{r.offset}; not landed", source=path, position=r.position if r.position >= 0 else b.position,
+        kind="offset_out_of_range")
+
+
 def _record_error(b: Batch, d: Decoded) -> str | None:
     if not b.errors:
         return d.error
     return "; ".join([e.reason for e in b.errors] + ([d.error] if d.error else []))
-
-
-def _batch_rows(c: dict[str, list[Any]], bs: list[Batch], ident: FileIdentity, path: str, kind: str,
-                snap: str | None, run_id: str) -> None:
-    n = len(bs)
-    attrs = [b.attributes for b in bs]
-    values: dict[str, list[Any]] = {
-        "cluster_id": [ident.cluster_id] * n, "node_id": [ident.node_id] * n, "file": [path] * n,
-        "file_kind": [kind] * n, "snapshot_id": [snap] * n,
-        "position": [b.position for b in bs], "base_offset": [b.base_offset for b in bs],
-        "last_offset": [b.base_offset + b.last_offset_delta for b in bs],
-        "batch_length": [b.batch_length for b in bs], "size": [b.batch_length + 12 for b in bs],
-        "partition_leader_epoch": [b.partition_leader_epoch for b in bs], "magic": [b.magic for b in bs],
-        "crc": [b.crc for b in bs], "crc_valid": [b.crc_valid for b in bs], "attributes": attrs,
-        "compression": [CODEC_NAMES.get(a & 7, str(a & 7)) for a in attrs],
-        "timestamp_type": ["LogAppendTime" if a & 0x08 else "CreateTime" for a in attrs],
-        "is_transactional": [bool(a & 0x10) for a in attrs], "is_control": [bool(a & 0x20) for a in attrs],
-        "has_delete_horizon": [bool(a & 0x40) for a in attrs],
-        "last_offset_delta": [b.last_offset_delta for b in bs],
-        "base_timestamp": [b.base_timestamp * 1000 for b in bs], "max_timestamp": [b.max_timestamp * 1000 for b in bs],
-        "producer_id": [b.producer_id for b in bs], "producer_epoch": [b.producer_epoch for b in bs],
-        "base_sequence": [b.base_sequence for b in bs], "records_count": [b.records_count for b in bs],
-        "records_read": [len(b.records) for b in bs],
-        "errors": [[e.describe() for e in b.errors] if b.errors else None for b in bs],
-        "run_id": [run_id] * n,
-    }
-    for k, v in values.items():
-        c[k] += v
 
 
 def render(d: Decoded, redactor: Redactor) -> str | None:

@@ -15,7 +15,7 @@ class KraftDecodeError(Exception):
 
     ``kind`` is a stable keyword for tables and summaries: ``crc_mismatch``, ``truncated``,
     ``bad_length``, ``bad_magic``, ``bad_record``, ``bad_value``, ``unknown_type``,
-    ``unsupported_version``, ``compression``, ``io``.
+    ``unsupported_version``, ``compression``, ``io``, ``offset_out_of_range``.
     """
 
     def __init__(self, reason: str, *, source: str = "", position: int = -1, kind: str = "bad_value"):

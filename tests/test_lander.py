@@ -1,0 +1,102 @@
+"""The column-wise land pass (``kraftlog.tables.rows.FileLander``), without Spark."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from encoder import batch, control_key, metadata_value, record
+
+from kraftlog.schema.registry import load_schemas
+from kraftlog.tables.rows import FileIdentity, FileLander, FileRef, KeepSpec, batch_headers
+from kraftlog.wire.batches import Batch, iter_batches
+
+S = load_schemas()
+NOOP = bytes([1, 20, 0, 0])
+LEADER = bytes.fromhex("0000000000010200000001000200000001000000")
+IDENT = FileIdentity("c1", 1, "/data/n1")
+
+
+def _topic(name: str) -> bytes:
+    return metadata_value(S.metadata[2], {"name": name, "topic_id": "AAAAAAAAAAAAAAAAAAAAAQ"}, 0)
+
+
+def _segment(base: int = 0) -> bytes:
+    """NoOps (one per batch, as controllers write them), topics, a gzip batch, a control batch, a bad CRC."""
+    out = b"".join(batch(base + i, [record(0, NOOP)], epoch=2, base_timestamp=1_700_000_000_000 + i)
+                   for i in range(5))
+    out += batch(base + 5, [record(0, _topic("a")), record(1, _topic("b"), timestamp_delta=7)], epoch=3)
+    out += batch(base + 7, [record(0, _topic("c")), record(1, NOOP)], codec=1, epoch=3, log_append_time=True,
+                 max_timestamp=1_700_000_009_999)
+    out += batch(base + 9, [record(0, LEADER, key=control_key(2))], control=True, epoch=4)
+    bad = bytearray(batch(base + 10, [record(0, _topic("d"))], epoch=4))
+    bad[-3] ^= 0x01
+    return out + bytes(bad)
+
+
+def _land(files: list[tuple[FileRef, KeepSpec]], pieces: int = 1) -> dict[str, pa.Table]:
+    lander = FileLander("run-1")
+    chunks = []
+    step = max(1, len(files) // pieces)
+    for i in range(0, len(files), step):
+        chunks += list(lander.feed(files[i:i + step], rows_per_chunk=7))
+    chunks += list(lander.flush())
+    out: dict[str, list[pa.Table]] = {}
+    for c in chunks:
+        for name, t in c.items():
+            out.setdefault(name, []).append(t)
+    return {n: pa.concat_tables(ts).drop_columns(["ingested_at"] if n == "files" else []) for n, ts in out.items()}
+
+
+def _files() -> list[tuple[FileRef, KeepSpec]]:
+    return [(FileRef(f"/data/n1/__cluster_metadata-0/{b:020d}.log", _segment(b), 1000, IDENT, i), KeepSpec())
+            for i, b in enumerate((0, 100, 200))]
+
+
+def test_batch_headers_are_the_walkers_headers() -> None:
+    data = _segment()
+    batches = [b for b in iter_batches(data, "f.log") if isinstance(b, Batch)]
+    h = batch_headers(data, [b.position for b in batches])
+    for name in ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
+                 "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
+                 "base_sequence", "records_count"):
+        assert h[name].tolist() == [getattr(b, name) for b in batches], name
+    assert batch_headers(data, []).shape == (0,)
+
+
+def test_rows_are_the_same_however_files_are_fed_and_chunked() -> None:
+    whole = _land(_files())
+    for pieces in (2, 3):
+        parts = _land(_files(), pieces)
+        assert set(parts) == set(whole)
+        for name, t in whole.items():
+            assert parts[name].equals(t), name
+
+
+def test_records_take_their_value_columns_from_each_distinct_value() -> None:
+    out = _land(_files()[:1])
+    rec = out["records"].to_pylist()
+    assert [r["log_offset"] for r in rec] == list(range(11))
+    assert [r["record_type"] for r in rec[:5]] == ["NO_OP_RECORD"] * 5 and rec[0]["data_json"] == "{}"
+    assert len({r["value_hash"] for r in rec[:5]}) == 1 and rec[0]["timestamp"] != rec[1]["timestamp"]
+    assert [r["status"] for r in rec[5:]] == ["ok"] * 5 + ["corrupt_batch"]
+    assert rec[5]["data_json"] != rec[6]["data_json"] and rec[10]["raw_value"] is not None
+    assert rec[7]["file_position"] is None and rec[9]["is_control"] and rec[9]["record_type"] == "LeaderChange"
+    assert out["topic_record"].column("name").to_pylist() == ["a", "b", "c"]  # not the corrupt "d"
+    assert out["no_op_record"].column("log_offset").to_pylist() == [0, 1, 2, 3, 4, 8]
+    assert out["leader_change"].column("leader_id").to_pylist() == [1]
+    bat = out["batches"].to_pylist()
+    assert [b["compression"] for b in bat[5:8]] == ["none", "gzip", "none"]
+    assert bat[6]["timestamp_type"] == "LogAppendTime" and bat[7]["is_control"] and not bat[8]["crc_valid"]
+    assert bat[8]["errors"] and "CRC mismatch" in bat[8]["errors"][0]
+    assert [b["records_read"] for b in bat] == [1] * 5 + [2, 2, 1, 1]
+    ledger = out["files"].to_pylist()[0]
+    assert (ledger["records"], ledger["batches"], ledger["crc_failures"], ledger["status"]) == (11, 9, 1, "errors")
+
+
+def test_a_strict_span_reports_records_outside_it_and_leaves_them_out() -> None:
+    ref = FileRef("/data/n1/__cluster_metadata-0/00000000000000000003.log", _segment(0), 1000, IDENT)
+    out = _land([(ref, KeepSpec(((3, (1 << 63) - 1),), strict=True))])
+    assert out["records"].column("log_offset").to_pylist() == list(range(3, 11))
+    ledger = out["files"].to_pylist()[0]
+    assert ledger["error_count"] == 2 and ledger["records"] == 11  # the CRC mismatch and the span
+    assert any("3 record(s) outside the offsets this segment's name allows (3 and above), first at offset 0"
+               in e for e in ledger["errors"])
