@@ -16,13 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import copy_corpus, corpus_arguments, local_config, save_results
+from common import copy_corpus, corpus_arguments, local_config, save_results, with_warehouse
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = corpus_arguments(__doc__, argv)
 
-    from kraftlog.config import Config
     from kraftlog.spark.history import reconstruct, verify_tables
     from kraftlog.spark.ingest import ingest
     from kraftlog.spark.session import build_session
@@ -34,7 +33,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         base = local_config(args.cores)
         spark = build_session(base)
         for name, inputs in (("corpus", args.corpus), (f"corpus x{args.copies}", big)):
-            config = Config.load(**{**base.data, "warehouse": {"path": str(work / f"wh-{name.replace(' ', '')}")}})
+            config = with_warehouse(base, work, name)
             landed = ingest(spark, [str(inputs)], config)
             first = reconstruct(spark, config)
             t = time.perf_counter()

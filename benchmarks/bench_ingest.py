@@ -19,7 +19,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import WorkerMemory, copy_corpus, corpus_arguments, local_config, rss_kb, save_results
+from common import (
+    WorkerMemory,
+    copy_corpus,
+    corpus_arguments,
+    local_config,
+    rss_kb,
+    save_results,
+    with_warehouse,
+)
 
 
 def _decoder_rate(inputs: Path) -> tuple[float, int]:
@@ -40,7 +48,7 @@ def _decoder_rate(inputs: Path) -> tuple[float, int]:
 
 def _lander_rate(inputs: Path, out: Path) -> float:
     """One core, no Spark: what the land pass does per file (decode, build columns, write Parquet)."""
-    from kraftlog.spark.store import _StreamingWriter
+    from kraftlog.spark.store import StreamingWriter
     from kraftlog.tables.definitions import catalog
     from kraftlog.tables.rows import FileIdentity, FileLander, FileRef, KeepSpec
     from kraftlog.wire.discover import log_files
@@ -58,7 +66,7 @@ def _lander_rate(inputs: Path, out: Path) -> float:
             n += chunk["records"].num_rows if "records" in chunk else 0
             for name, table in chunk.items():
                 if name not in writers:
-                    writers[name] = _StreamingWriter(name, f"file://{out}/{name}/{attempt}", cat[name].schema, "")
+                    writers[name] = StreamingWriter(name, f"file://{out}/{name}/{attempt}", cat[name].schema, "")
                 writers[name].write(table)
         for w in writers.values():
             w.close()
@@ -69,7 +77,6 @@ def _lander_rate(inputs: Path, out: Path) -> float:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = corpus_arguments(__doc__, argv)
 
-    from kraftlog.config import Config
     from kraftlog.spark.ingest import ingest
     from kraftlog.spark.session import build_session
 
@@ -85,11 +92,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         spark.range(4).repartition(args.cores).mapInArrow(lambda it: it, "id long").collect()  # start workers
         jvm_pid = int(spark._jvm.ProcessHandle.current().pid())  # type: ignore[attr-defined]
         for name, inputs in (("corpus", args.corpus), (f"corpus x{args.copies}", big)):
-            wh = work / f"wh-{name.replace(' ', '')}"
             sampler = WorkerMemory()
             sampler.start()
             t = time.perf_counter()
-            r = ingest(spark, [str(inputs)], Config.load(**{**config.data, "warehouse": {"path": str(wh)}}))
+            r = ingest(spark, [str(inputs)], with_warehouse(config, work, name))
             secs = time.perf_counter() - t
             sampler.stop.set()
             sampler.join()

@@ -74,6 +74,13 @@ def local_config(cores: int) -> Any:
                        identity={"cluster": "{top}:{cluster.id}"})
 
 
+def with_warehouse(config: Any, work: Path, name: str) -> Any:
+    """``config`` writing to a fresh warehouse of its own under ``work`` for the input ``name``."""
+    from kraftlog.config import Config
+
+    return Config.load(**{**config.data, "warehouse": {"path": str(work / f"wh-{name.replace(' ', '')}")}})
+
+
 def save_results(path: Path | None, results: dict[str, Any]) -> None:
     """Write the results as JSON (``--json``), if asked."""
     if path:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -158,7 +158,7 @@ def stage_index(contents: DataFrame, identities: dict[str, tuple[FileIdentity, i
     return sum(r["rows"] for r in contents.mapInArrow(run, "rows long").collect())
 
 
-class _LandRouter:
+class LandRouter:
     """Router for ``TableStore.stage`` over ``binaryFile`` rows: pass 2, land what the plan keeps.
 
     Chunks span Arrow batches (``flush`` at the end of a partition), so small batches of big files
@@ -180,12 +180,6 @@ class _LandRouter:
 
     def flush(self) -> Iterator[dict[str, pa.Table]]:
         return self.lander.flush()
-
-
-def land_router(identities: dict[str, tuple[FileIdentity, int]], keep: dict[str, KeepSpec], run_id: str
-                ) -> Callable[[pa.RecordBatch], Iterator[dict[str, pa.Table]]]:
-    """Router for ``TableStore.stage`` over ``binaryFile`` rows: pass 2, land what the plan keeps."""
-    return _LandRouter(identities, keep, run_id)
 
 
 # -- SQL functions -----------------------------------------------------------------------------------

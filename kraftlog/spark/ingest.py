@@ -34,8 +34,8 @@ from kraftlog.config import Config
 from kraftlog.identity import resolve_identity
 from kraftlog.planning import Landed, ListedFile, PlannedFile, plan_by_name, plan_files
 from kraftlog.spark.decode import (
+    LandRouter,
     file_contents,
-    land_router,
     qualify,
     read_meta_properties,
     reading_files,
@@ -203,7 +203,7 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, config: Config, t
 
     # pass 2: land
     tables = [cat.core["records"], cat.core["batches"], cat.core["files"], *cat.typed.values()]
-    staged = store.stage(contents, tables, land_router(ids, keep, run_id), run_id)
+    staged = store.stage(contents, tables, LandRouter(ids, keep, run_id), run_id)
     manifest.files += staged
     ledger_rows = [f for f in staged if f.table == "files"]
     result.rows_added = sum(f.num_records for f in staged if f.table == "records")

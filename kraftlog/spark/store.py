@@ -149,7 +149,7 @@ def write_parquet(table: str, root: str, data: pa.Table, prefix: str = "") -> St
     return StagedFile(table, root, rel, int(size or 0), int(time.time() * 1000), data.num_rows, _stats(data))
 
 
-class _StreamingWriter:
+class StreamingWriter:
     """One Parquet file per table, written row group by row group (bounded memory)."""
 
     def __init__(self, table: str, root: str, schema: pa.Schema, prefix: str):
@@ -200,7 +200,7 @@ def _merge_stats(parts: list[str]) -> str:
 def _stage_partition(batches: Iterable[pa.RecordBatch], roots: dict[str, str], schemas: dict[str, pa.Schema],
                      router: Router, prefix: str) -> Iterator[pa.RecordBatch]:
     """Executor side: route rows to tables; stream each table into one Parquet file per task."""
-    writers: dict[str, _StreamingWriter] = {}
+    writers: dict[str, StreamingWriter] = {}
 
     def routed() -> Iterator[dict[str, pa.Table]]:
         for batch in batches:
@@ -216,7 +216,7 @@ def _stage_partition(batches: Iterable[pa.RecordBatch], roots: dict[str, str], s
             if t.num_rows:
                 w = writers.get(name)
                 if w is None:
-                    w = writers[name] = _StreamingWriter(name, roots[name], schemas[name], prefix)
+                    w = writers[name] = StreamingWriter(name, roots[name], schemas[name], prefix)
                 w.write(t)
     rows = [{k: v for k, v in asdict(w.close()).items() if k != "root"} for w in writers.values()]
     if rows:

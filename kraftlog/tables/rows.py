@@ -18,7 +18,7 @@ import resource
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -307,7 +307,7 @@ class FileLander:
         new_batches = all_batches if keep.min_batch_position <= 0 and not keep.landed_batches else [
             b for b in all_batches
             if b.position >= keep.min_batch_position and (b.position, b.crc) not in keep.landed_batches]
-        ch.files.append((ident, ref.path, info.kind, snap, source))
+        ch.files.append(_FileColumns(ident.cluster_id, ident.node_id, ref.path, info.kind, snap, source))
         self._records(ch, kept, snap_offset)
         ch.batches(ref.content, new_batches)
         offsets = [r.offset for _, r in pairs]
@@ -427,11 +427,22 @@ def batch_headers(content: bytes, positions: list[int]) -> np.ndarray:
     return np.frombuffer(content, np.uint8)[gather].view(_HEADER_DTYPE).ravel()
 
 
+class _FileColumns(NamedTuple):
+    """What a file gives every row it lands (named as the columns)."""
+
+    cluster_id: str
+    node_id: int | None
+    file: str
+    file_kind: str
+    snapshot_id: str | None
+    source: str
+
+
 class _Chunk:
     """The rows of one output chunk, column-wise."""
 
     def __init__(self) -> None:
-        self.files: list[tuple[FileIdentity, str, str, str | None, str]] = []  # identity, path, kind, snap, source
+        self.files: list[_FileColumns] = []
         self.record_counts: list[int] = []
         self.batch_counts: list[int] = []
         self.rec: dict[str, list[Any]] = {n: [] for n in ("log_offset", "snapshot_seq", "batch_epoch", "timestamp",
@@ -444,6 +455,7 @@ class _Chunk:
         self.records_read: list[int] = []
         self.batch_errors: list[list[str] | None] = []
         self.ledger: list[dict[str, Any]] = []
+        self.index = np.empty(0, np.int64)  # each record row's derived entry (set by records_table)
         self.typed_of: pa.Array | None = None  # each record row's typed table (set by records_table)
 
     @property
@@ -459,26 +471,19 @@ class _Chunk:
         self.records_read += [len(b.records) for b in bs]
         self.batch_errors += [[e.describe() for e in b.errors] if b.errors else None for b in bs]
 
-    @staticmethod
-    def _per_file(counts: list[int], values: list[Any], typ: pa.DataType) -> pa.Array:
-        """A per-file constant repeated for each of the file's rows."""
-        slots = np.repeat(np.arange(len(counts)), counts)
-        return pa.array(values, typ).take(pa.array(slots))
+    def _per_file(self, counts: list[int], schema: pa.Schema, names: tuple[str, ...]) -> dict[str, pa.Array]:
+        """The per-file columns ``names``, each file's value repeated for its ``counts`` rows."""
+        slots = pa.array(np.repeat(np.arange(len(counts)), counts))
+        return {n: pa.array([getattr(f, n) for f in self.files], schema.field(n).type).take(slots) for n in names}
 
     def records_table(self, schema: pa.Schema, run_id: str) -> pa.Table | None:
         if not self.rec["derived"]:
             return None
-        counts = self.record_counts
         derived = self.derived.arrays()
-        index = pa.array(self.rec["derived"], pa.int64())
-        arrays: dict[str, pa.Array] = {
-            "cluster_id": self._per_file(counts, [f[0].cluster_id for f in self.files], pa.string()),
-            "source": self._per_file(counts, [f[4] for f in self.files], pa.string()),
-            "snapshot_id": self._per_file(counts, [f[3] for f in self.files], pa.string()),
-            "node_id": self._per_file(counts, [f[0].node_id for f in self.files], pa.int32()),
-            "file": self._per_file(counts, [f[1] for f in self.files], pa.string()),
-            "run_id": _repeat(run_id, len(index)),
-        }
+        self.index = np.asarray(self.rec["derived"], np.int64)
+        index = pa.array(self.index)
+        arrays = self._per_file(self.record_counts, schema, ("cluster_id", "source", "snapshot_id", "node_id", "file"))
+        arrays["run_id"] = _repeat(run_id, len(index))
         for name in ("log_offset", "snapshot_seq", "batch_epoch", "timestamp", "batch_base_offset", "file_position"):
             arrays[name] = pa.array(self.rec[name], schema.field(name).type)
         for name, column in derived.items():
@@ -493,26 +498,20 @@ class _Chunk:
             return
         encoded = self.typed_of.dictionary_encode()
         codes = encoded.indices.to_numpy(zero_copy_only=False)
-        index = np.asarray(self.rec["derived"], np.int64)
         for code, name in enumerate(encoded.dictionary.to_pylist()):
             rows = np.flatnonzero(codes == code)
-            yield name, rows, index[rows].tolist()
+            yield name, rows, self.index[rows].tolist()
 
     def batches_table(self, schema: pa.Schema, run_id: str) -> pa.Table | None:
         if not self.positions:
             return None
         h = np.concatenate(self.headers)
-        counts = self.batch_counts
         attrs = h["attributes"].astype(np.int16)
         flags = {name: pa.array((attrs & mask) != 0) for name, mask in (
             ("is_transactional", TRANSACTIONAL_MASK), ("is_control", CONTROL_MASK),
             ("has_delete_horizon", DELETE_HORIZON_MASK))}
         arrays: dict[str, pa.Array] = {
-            "cluster_id": self._per_file(counts, [f[0].cluster_id for f in self.files], pa.string()),
-            "node_id": self._per_file(counts, [f[0].node_id for f in self.files], pa.int32()),
-            "file": self._per_file(counts, [f[1] for f in self.files], pa.string()),
-            "file_kind": self._per_file(counts, [f[2] for f in self.files], pa.string()),
-            "snapshot_id": self._per_file(counts, [f[3] for f in self.files], pa.string()),
+            **self._per_file(self.batch_counts, schema, ("cluster_id", "node_id", "file", "file_kind", "snapshot_id")),
             "position": pa.array(self.positions, pa.int64()),
             "last_offset": pa.array(h["base_offset"].astype(np.int64) + h["last_offset_delta"].astype(np.int64)),
             "size": pa.array(h["batch_length"].astype(np.int32) + LOG_OVERHEAD),
