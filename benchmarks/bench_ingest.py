@@ -4,10 +4,12 @@
 
 The 10x input is the corpus copied ten times under other top-level names, so every copy is a cluster
 of its own (identity template ``{top}:{cluster.id}``). Each input is ingested into a fresh warehouse.
-Reported beside the pure decoder's one-core rate over the same files (and the land pass's own work,
-decode + columns + Parquet, on one core without Spark): records/s, records/s per core, seconds, the
-run's phases, and peak resident memory of the driver (Python and JVM) and of the Python workers (sampled
-from /proc every 100 ms).
+Reported beside the pure decoder's one-core rate over the same files (best of three passes; and the
+land pass's own work, decode + columns + Parquet, on one core without Spark): records/s, records/s per
+core, seconds, the run's phases, and peak resident memory of the driver (Python and JVM) and of the
+Python workers (sampled from /proc every 100 ms). Each input is ingested ``--repeat`` times (default 2,
+each into a fresh warehouse, in one session); rates use the best run, as the decoder's do, and every
+run's seconds are kept (the first run of a size also pays for the JVM and the workers warming up).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def _decoder_rate(inputs: Path) -> tuple[float, int]:
     datas = [(p.read_bytes(), str(p)) for p, _ in log_files([inputs])]
     best = float("inf")
     n = 0
-    for _ in range(2):
+    for _ in range(3):
         t = time.perf_counter()
         n = sum(read_log(d, s).record_count for d, s in datas)
         best = min(best, time.perf_counter() - t)
@@ -92,18 +94,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         spark.range(4).repartition(args.cores).mapInArrow(lambda it: it, "id long").collect()  # start workers
         jvm_pid = int(spark._jvm.ProcessHandle.current().pid())  # type: ignore[attr-defined]
         for name, inputs in (("corpus", args.corpus), (f"corpus x{args.copies}", big)):
-            sampler = WorkerMemory()
-            sampler.start()
-            t = time.perf_counter()
-            r = ingest(spark, [str(inputs)], with_warehouse(config, work, name))
-            secs = time.perf_counter() - t
-            sampler.stop.set()
-            sampler.join()
+            runs = []
+            peak_kb = 0
+            for attempt in range(args.repeat):
+                sampler = WorkerMemory()
+                sampler.start()
+                t = time.perf_counter()
+                r = ingest(spark, [str(inputs)], with_warehouse(config, work, f"{name}-{attempt}"))
+                runs.append((time.perf_counter() - t, r))
+                sampler.stop.set()
+                sampler.join()
+                peak_kb = max(peak_kb, sampler.peak_kb)
+            secs, r = min(runs, key=lambda x: x[0])
             results[name] = {
-                "seconds": round(secs, 2), "records": r.records_decoded, "rows_added": r.rows_added,
+                "seconds": round(secs, 2), "seconds_each_run": [round(s, 2) for s, _ in runs],
+                "records": r.records_decoded, "rows_added": r.rows_added,
                 "records_per_s": round(r.records_decoded / secs),
                 "records_per_s_per_core": round(r.records_decoded / secs / args.cores),
-                "python_worker_peak_mb": round(sampler.peak_kb / 1024),
+                "python_worker_peak_mb": round(peak_kb / 1024),
                 "driver_python_peak_mb": round(rss_kb(os.getpid(), "VmHWM") / 1024),
                 "driver_jvm_peak_mb": round(rss_kb(jvm_pid, "VmHWM") / 1024),
                 "files": r.files_ingested, "clean": r.files_clean, "contested": r.files_contested,
@@ -126,7 +134,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{v['records_per_s_per_core']:>10,} {v['python_worker_peak_mb']:>9} {v['driver_python_peak_mb']:>12} "
               f"{v['driver_jvm_peak_mb']:>13}")
     for name in ("corpus", f"corpus x{args.copies}"):
-        print(f"{name}: " + ", ".join(f"{k} {v:.1f} s" for k, v in results[name]["phases_s"].items()))
+        print(f"{name}: runs " + ", ".join(f"{s:.1f}" for s in results[name]["seconds_each_run"]) + " s; best: "
+              + ", ".join(f"{k} {v:.1f} s" for k, v in results[name]["phases_s"].items()))
     print(f"{args.copies}x the input took {results['time_ratio_for_10x_input']}x the time; per core the ingest "
           f"runs at {results['per_core_vs_decoder']:.2f}x the pure decoder's rate (target: >= 0.5)")
     save_results(args.json, results)

@@ -53,11 +53,12 @@ def copy_corpus(corpus: Path, dest: Path, copies: int) -> Path:
 
 
 def corpus_arguments(doc: str | None, argv: list[str] | None) -> argparse.Namespace:
-    """The arguments of the Spark benchmarks: ``--corpus``, ``--copies``, ``--cores``, ``--json``."""
+    """The arguments of the Spark benchmarks: ``--corpus``, ``--copies``, ``--cores``, ``--repeat``, ``--json``."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus" / "real")
     ap.add_argument("--copies", type=int, default=10)
     ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=2, help="ingest runs per input in bench_ingest (the best counts)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if not args.corpus.exists():

@@ -6,7 +6,8 @@ file of the run or was landed by an earlier run: then there is nothing to choose
 case: a single-node cluster, or the new tail of a segment that grew since the last run (when the part
 ingested before is byte-for-byte unchanged). Replicas of one log on several nodes, snapshots taken by
 several nodes at the same offset, and files rewritten in place "compete": their records go through
-the record-level rules of ``kraftlog.spark.transforms``.
+the record-level rules of ``kraftlog.tables.copies`` (and ``kraftlog.spark.transforms`` against
+landed rows).
 
 Offsets are known from the batch headers alone (``kraftlog.tables.rows.summarize``), so planning
 costs a header walk. Most clusters do not need even that: ``plan_by_name`` proves from the listing
@@ -155,3 +156,14 @@ def plan_by_name(files: list[ListedFile], landed: dict[str, Landed],
             out[segments[0].path] = KeepSpec((ALL,))
         out.update((f.path, KeepSpec((ALL,))) for f in group if f.info.kind != "segment")
     return out
+
+
+def pack(sizes: dict[str, int], bins: int) -> list[list[str]]:
+    """Keys in at most ``bins`` groups of about equal total size (largest first, each to the lightest group)."""
+    groups: list[list[str]] = [[] for _ in range(max(1, bins))]
+    load = [0] * len(groups)
+    for key in sorted(sizes, key=lambda k: (-sizes[k], k)):
+        i = load.index(min(load))
+        groups[i].append(key)
+        load[i] += sizes[key]
+    return [g for g in groups if g]

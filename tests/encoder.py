@@ -143,7 +143,7 @@ def compress(codec: int, data: bytes) -> bytes:
     if codec == 0:
         return data
     if codec == 1:
-        return gzip.compress(data)
+        return gzip.compress(data, mtime=0)  # reproducible bytes (the header holds a time)
     if codec == 2:  # xerial snappy-java framing, two blocks to exercise the loop
         half = len(data) // 2
         out = bytearray(b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1))

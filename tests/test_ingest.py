@@ -408,3 +408,19 @@ def test_a_new_segment_reaching_below_its_base_offset_is_reported_not_landed_twi
     ledger = next(r for r in _table(wh, "files").to_pylist() if r["path"].endswith("3.log"))
     assert ledger["status"] == "errors" and "outside the offsets this segment's name allows (3 and above), " \
         "first at offset 2" in ledger["errors"][0]
+
+
+def test_meta_properties_read_on_the_executors_equal_the_local_read(spark: Any, tmp_path: Path) -> None:
+    from kraftlog.spark.decode import meta_properties_on_executors, read_meta_properties
+
+    paths = []
+    for node in (1, 2):
+        d = tmp_path / f"n{node}"
+        d.mkdir()
+        (d / "meta.properties").write_text(f"#\nversion=1\ncluster.id=c-{node}\nnode.id={node}\ndirectory.id=d{node}\n")
+        paths.append(f"file:{d / 'meta.properties'}")
+    local = read_meta_properties(spark, paths)
+    remote = meta_properties_on_executors(spark, paths)
+    assert {p: (m.cluster_id, m.node_id, m.directory_id, m.version) for p, m in local.items()} == \
+        {p: (m.cluster_id, m.node_id, m.directory_id, m.version) for p, m in remote.items()} == \
+        {paths[0]: ("c-1", 1, "d1", 1), paths[1]: ("c-2", 2, "d2", 1)}

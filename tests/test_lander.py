@@ -6,8 +6,9 @@ import pyarrow as pa
 from encoder import batch, control_key, metadata_value, record
 
 from kraftlog.schema.registry import load_schemas
-from kraftlog.tables.rows import FileIdentity, FileLander, FileRef, KeepSpec, batch_headers
+from kraftlog.tables.rows import FileIdentity, FileLander, FileRef, KeepSpec
 from kraftlog.wire.batches import Batch, iter_batches
+from kraftlog.wire.columns import batch_headers
 
 S = load_schemas()
 NOOP = bytes([1, 20, 0, 0])

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from functools import reduce
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -12,7 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from kraftlog.tables.rows import SUMMARY, FileIdentity, FileIndexer, FileLander, FileRef, KeepSpec, summarize
+from kraftlog.planning import pack
+from kraftlog.tables.rows import SUMMARY, FileIdentity, FileLander, FileRef, KeepSpec, summarize
 from kraftlog.wire.discover import Entry, Lister, local_lister
 from kraftlog.wire.files import MetaProperties, parse_meta_properties
 
@@ -82,9 +87,25 @@ def _parse_meta(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 
 def read_meta_properties(spark: SparkSession, paths: list[str]) -> dict[str, MetaProperties]:
-    """Parse ``meta.properties`` files on the executors; only the parsed identities come back."""
-    if not paths:
-        return {}
+    """Parse ``meta.properties`` files: local ones (``file:``) with the OS, as ``spark_lister`` lists them;
+    the others on the executors, where only the parsed identities come back."""
+    out: dict[str, MetaProperties] = {}
+    remote = []
+    for path in paths:
+        if path.startswith("file:/"):
+            try:
+                out[path] = parse_meta_properties(Path(path[len("file:"):]).read_text("utf-8", "replace"))
+                continue
+            except OSError:
+                pass  # let Spark read it, or report it
+        remote.append(path)
+    if remote:
+        out.update(meta_properties_on_executors(spark, remote))
+    return out
+
+
+def meta_properties_on_executors(spark: SparkSession, paths: list[str]) -> dict[str, MetaProperties]:
+    """Parse ``meta.properties`` files on the executors (any file system Spark reads)."""
     rows = spark.read.format("binaryFile").load(paths).select("path", "content") \
         .mapInArrow(_parse_meta, from_arrow_schema(_META)).collect()
     return {r["path"]: MetaProperties(r["cluster_id"], r["node_id"], r["directory_id"], r["version"], {})
@@ -96,22 +117,28 @@ _ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
 
 @contextmanager
-def reading_files(spark: SparkSession, files_per_batch: int = FILES_PER_ARROW_BATCH) -> Iterator[None]:
+def session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """Set a SQL conf for the jobs run inside, restored afterwards."""
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
+def reading_files(spark: SparkSession, files_per_batch: int = FILES_PER_ARROW_BATCH
+                  ) -> AbstractContextManager[None]:
     """Arrow batches of a few ``binaryFile`` rows for the jobs run inside (restored afterwards).
 
     Spark's default (10,000 rows per batch) puts a whole task's files, hundreds of MB, in one Arrow
     batch, which the JVM builds by growing its buffers again and again: on the 10x corpus 8 files per
     batch moves the bytes to Python about 3x faster.
     """
-    before = spark.conf.get(_ARROW_BATCH, None)
-    spark.conf.set(_ARROW_BATCH, str(files_per_batch))
-    try:
-        yield
-    finally:
-        if before is None:
-            spark.conf.unset(_ARROW_BATCH)
-        else:
-            spark.conf.set(_ARROW_BATCH, before)
+    return session_conf(spark, _ARROW_BATCH, str(files_per_batch))
 
 
 def file_contents(spark: SparkSession, paths: list[str]) -> DataFrame:
@@ -123,7 +150,7 @@ def file_contents(spark: SparkSession, paths: list[str]) -> DataFrame:
     return spark.read.format("binaryFile").load(sorted(paths)).select("path", "modificationTime", "content")
 
 
-def refs(b: pa.RecordBatch, identities: dict[str, tuple[FileIdentity, int]]) -> list[FileRef]:
+def refs(b: pa.RecordBatch | pa.Table, identities: dict[str, tuple[FileIdentity, int]]) -> list[FileRef]:
     """The files of a ``binaryFile`` Arrow batch."""
     mtimes = b.column("modificationTime").cast(pa.int64()).to_pylist()  # microseconds
     return [FileRef(p, c, (m or 0) // 1000, *identities[p]) for p, m, c in
@@ -142,31 +169,136 @@ def summaries(contents: DataFrame, prefix_sizes: dict[str, int]) -> list[dict[st
     return [r.asDict() for r in contents.mapInArrow(run, from_arrow_schema(SUMMARY)).collect()]
 
 
-def stage_index(contents: DataFrame, identities: dict[str, tuple[FileIdentity, int]], dest: str) -> int:
-    """Pass 1 (competing files): write narrow index rows as Parquet under ``dest``; returns rows written."""
+CHOICE = pa.schema([("file_id", pa.int32()), ("sha256", pa.string()), ("lo", pa.list_(pa.int64())),
+                    ("hi", pa.list_(pa.int64())), ("divergent", pa.int64()), ("winners", pa.int64())])
+
+
+@dataclass
+class Choices:
+    """What pass 1 decided, by file id: the ranges of record positions each file lands and the SHA-256
+    of the content decided on; and how many divergence and winning INDEX rows it wrote."""
+
+    keep: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    sha256: dict[int, str] = field(default_factory=dict)
+    divergent: int = 0
+    winners: int = 0
+
+
+class ClusterBuffer:
+    """Collects files until all of a cluster's files (``expected`` of each) are there."""
+
+    def __init__(self, expected: dict[str, int]):
+        self.expected = expected
+        self.pending: dict[str, list[FileRef]] = {}
+
+    def add(self, ref: FileRef) -> list[FileRef] | None:
+        """The cluster's files once ``ref`` completes them, else None."""
+        cluster = ref.identity.cluster_id
+        files = self.pending.setdefault(cluster, [])
+        files.append(ref)
+        return self.pending.pop(cluster) if len(files) == self.expected[cluster] else None
+
+    def rest(self) -> list[list[FileRef]]:
+        """Clusters still incomplete (a file vanished since the listing): what there is of them."""
+        out, self.pending = list(self.pending.values()), {}
+        return out
+
+
+def _counts(clusters: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in clusters:
+        out[c] = out.get(c, 0) + 1
+    return out
+
+
+def cluster_contents(spark: SparkSession, files: dict[str, str], sizes: dict[str, int]) -> DataFrame:
+    """``binaryFile`` rows of ``files`` (path -> cluster) where each partition holds whole clusters.
+
+    Clusters are packed by bytes into groups, a multiple of the cores in number; each group is read
+    by its own scan coalesced to one partition, so no file bytes are shuffled. Run the jobs inside
+    ``whole_clusters``, or Spark merges the single-partition scans of the union into one partition.
+    """
+    by_cluster: dict[str, list[str]] = {}
+    for p, c in files.items():
+        by_cluster.setdefault(c, []).append(p)
+    total = sum(sizes[p] for p in files)
+    max_bytes = int(spark._jsparkSession.sessionState().conf().filesMaxPartitionBytes())
+    cores = spark.sparkContext.defaultParallelism
+    bins = cores * -(-total // (cores * max_bytes))  # whole rounds of tasks of at most max_bytes, if clusters allow
+    groups = pack({c: sum(sizes[p] for p in ps) for c, ps in by_cluster.items()}, bins)
+    frames = [file_contents(spark, [p for c in g for p in by_cluster[c]]).coalesce(1) for g in groups]
+    return reduce(DataFrame.union, frames)
+
+
+def whole_clusters(spark: SparkSession) -> AbstractContextManager[None]:
+    """Keep the partitions of a union of ``cluster_contents`` scans apart (see there)."""
+    return session_conf(spark, "spark.sql.unionOutputPartitioning", "false")
+
+
+def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity, int]], sizes: dict[str, int],
+                  dest: str) -> Choices:
+    """Pass 1 (competing files ``identities``): the canonical copy of each record, one call per cluster.
+
+    Each cluster's files are read into one partition (no shuffle) and decided together
+    (``kraftlog.tables.copies.choose``). The divergence rows go under ``dest/divergence`` and the winning
+    copies' INDEX rows under ``dest/index`` (Parquet), to be compared with landed rows.
+    """
     from kraftlog.spark.store import write_parquet
+    from kraftlog.tables.copies import choose
+
+    expected = _counts(ident.cluster_id for ident, _ in identities.values())
+
+    def decide(files: list[FileRef]) -> pa.RecordBatch:
+        choice = choose(files)
+        if choice.divergence.num_rows:
+            write_parquet("divergence", dest + "/divergence", choice.divergence)
+        if choice.winners.num_rows:
+            write_parquet("index", dest + "/index", choice.winners)
+        rows: list[dict[str, Any]] = [
+            {"file_id": f.file_id, "sha256": hashlib.sha256(f.content).hexdigest(),
+             "lo": [lo for lo, _ in choice.keep.get(f.file_id, ())],
+             "hi": [hi for _, hi in choice.keep.get(f.file_id, ())], "divergent": 0, "winners": 0} for f in files]
+        rows.append({"divergent": choice.divergence.num_rows, "winners": choice.winners.num_rows})
+        return pa.RecordBatch.from_pylist(rows, CHOICE)
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        indexer = FileIndexer()
-        n = 0
+        buffer = ClusterBuffer(expected)
         for b in batches:
-            for table in indexer.index(refs(b, identities)):
-                write_parquet("index", dest, table)
-                n += table.num_rows
-        yield pa.RecordBatch.from_pylist([{"rows": n}], schema=pa.schema([("rows", pa.int64())]))
+            for ref in refs(b, identities):
+                files = buffer.add(ref)
+                if files is not None:
+                    yield decide(files)
+        for files in buffer.rest():
+            yield decide(files)
 
-    return sum(r["rows"] for r in contents.mapInArrow(run, "rows long").collect())
+    out = Choices()
+    contents = cluster_contents(spark, {p: ident.cluster_id for p, (ident, _) in identities.items()}, sizes)
+    with whole_clusters(spark):
+        rows = contents.mapInArrow(run, from_arrow_schema(CHOICE)).collect()
+    for r in rows:
+        if r["file_id"] is None:
+            out.divergent += r["divergent"]
+            out.winners += r["winners"]
+        else:
+            out.keep[r["file_id"]] = list(zip(r["lo"], r["hi"], strict=True))
+            out.sha256[r["file_id"]] = r["sha256"]
+    return out
 
 
 class LandRouter:
     """Router for ``TableStore.stage`` over ``binaryFile`` rows: pass 2, land what the plan keeps.
 
-    Chunks span Arrow batches (``flush`` at the end of a partition), so small batches of big files
-    still make few, large row groups.
+    Files in ``together`` (path -> cluster) are planned here: the files of each such cluster arrive in
+    one partition (``cluster_contents``), are decided together (``kraftlog.tables.copies.choose``) and
+    landed with their divergence rows. Chunks span Arrow batches (``flush`` at the end of a partition),
+    so small batches of big files still make few, large row groups.
     """
 
-    def __init__(self, identities: dict[str, tuple[FileIdentity, int]], keep: dict[str, KeepSpec], run_id: str):
+    def __init__(self, identities: dict[str, tuple[FileIdentity, int]], keep: dict[str, KeepSpec], run_id: str,
+                 together: dict[str, str] | None = None):
         self.identities, self.keep, self.run_id = identities, keep, run_id
+        self.together = together or {}
+        self._buffer = ClusterBuffer(_counts(self.together.values()))
         self._lander: FileLander | None = None
 
     @property
@@ -176,10 +308,28 @@ class LandRouter:
         return self._lander
 
     def __call__(self, b: pa.RecordBatch) -> Iterator[dict[str, pa.Table]]:
-        return self.lander.feed((ref, self.keep[ref.path]) for ref in refs(b, self.identities))
+        planned = []
+        for ref in refs(b, self.identities):
+            if ref.path not in self.together:
+                planned.append((ref, self.keep[ref.path]))
+                continue
+            files = self._buffer.add(ref)
+            if files is not None:
+                yield from self._decided(files)
+        yield from self.lander.feed(planned)
 
     def flush(self) -> Iterator[dict[str, pa.Table]]:
-        return self.lander.flush()
+        for files in self._buffer.rest():
+            yield from self._decided(files)
+        yield from self.lander.flush()
+
+    def _decided(self, files: list[FileRef]) -> Iterator[dict[str, pa.Table]]:
+        from kraftlog.tables.copies import choose, render_divergence
+
+        choice = choose(files)
+        if choice.divergence.num_rows:
+            yield {"divergence": render_divergence(choice.divergence, self.run_id)}
+        yield from self.lander.feed((f, KeepSpec(tuple(choice.keep.get(f.file_id, ())))) for f in files)
 
 
 # -- SQL functions -----------------------------------------------------------------------------------

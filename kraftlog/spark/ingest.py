@@ -4,13 +4,16 @@
 2. **discover**: list the data directories (metadata only) and read their ``meta.properties``;
 3. **what changed**: compare sizes and modification times with the ``files`` ledger;
 4. **plan** (``kraftlog.planning``): clusters whose file names prove that nothing competes (one data
-   directory, new files, no overlap with the ledger) land directly, with no extra read; the others are
-   **summarized** (pass 0, a header walk) and planned: clean files land directly; files whose
-   records compete with other copies are **indexed** (pass 1) and **decided** record by record
-   (``kraftlog.spark.transforms``), which yields divergence rows, replaced rows and, per file, the offset
-   ranges to land;
-5. **land** (pass 2): one pass over every changed file writes ``records``, the typed tables, ``batches``
-   and the ledger rows, with the records each file keeps;
+   directory, new files, no overlap with the ledger) land directly, with no extra read; the other
+   files of clusters no earlier run landed are decided in the land pass (below); the files of clusters
+   with landed rows are **summarized** (pass 0, a header walk) and planned: clean files land directly;
+   files whose records compete with other copies are **decided** record by record (pass 1: the files of
+   each cluster together on one executor, ``kraftlog.tables.copies``) and compared with the landed rows
+   (``kraftlog.spark.transforms``), which yields divergence rows, replaced rows and, per file, the
+   offset ranges to land;
+5. **land** (pass 2): one pass over every changed file, each cluster's files in one task, writes
+   ``records``, the typed tables, ``batches``, ``divergence`` and the ledger rows, with the records
+   each file keeps; the files of clusters new to the warehouse are decided there, just before they land;
 6. **commit**: one manifest, then one Delta commit per table; the ledger and the ``runs`` row last.
 
 Every table is written exactly once per run, and a run killed at any point is completed by the next.
@@ -26,7 +29,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -35,25 +37,21 @@ from kraftlog.identity import resolve_identity
 from kraftlog.planning import Landed, ListedFile, PlannedFile, plan_by_name, plan_files
 from kraftlog.spark.decode import (
     LandRouter,
+    cluster_contents,
     file_contents,
     qualify,
     read_meta_properties,
     reading_files,
     spark_lister,
-    stage_index,
+    stage_choices,
     summaries,
+    whole_clusters,
 )
-from kraftlog.spark.store import Manifest, StagedFile, TableStore, open_store
-from kraftlog.spark.transforms import (
-    against_existing,
-    decide,
-    keep_ranges,
-    new_rows,
-    path_map,
-    pick_canonical,
-)
+from kraftlog.spark.store import Manifest, StagedFile, TableStore, open_store, spark_schema
+from kraftlog.spark.transforms import against_existing, keep_ranges, new_rows, path_map
+from kraftlog.tables.copies import render_divergence
 from kraftlog.tables.definitions import Catalog, catalog
-from kraftlog.tables.rows import FileIdentity, KeepSpec, file_layout, project, render
+from kraftlog.tables.rows import FileIdentity, KeepSpec, file_layout
 from kraftlog.wire.discover import scan
 
 log = logging.getLogger("kraftlog")
@@ -104,26 +102,7 @@ class _File:
 
 def _divergence_router(run_id: str):  # type: ignore[no-untyped-def]
     """Divergence rows: render the losing copy's JSON from its raw bytes when it was not landed."""
-    from kraftlog.wire.messages import default_codec
-    from kraftlog.wire.redact import default_redactor
-
-    def route(batch: pa.RecordBatch) -> dict[str, pa.Table]:
-        codec, redactor = default_codec(), default_redactor()
-        cols = {n: batch.column(n).to_pylist() for n in ("loser_data_json", "loser_record_type", "loser_key",
-                                                         "loser_value", "loser_is_control")}
-        data, types = [], []
-        for j, t, k, v, ctl in zip(*cols.values(), strict=True):
-            if v is not None:
-                d = codec.decode_control(k, v) if ctl else codec.decode_metadata(v)
-                j = j if j is not None else render(d, redactor)
-                t = t if t is not None else d.type
-            data.append(j)
-            types.append(t)
-        for name, values in (("loser_data_json", data), ("loser_record_type", types)):
-            batch = batch.set_column(batch.schema.get_field_index(name), name, pa.array(values, pa.string()))
-        return {"divergence": project(batch, catalog()["divergence"], run_id)}
-
-    return route
+    return lambda batch: {"divergence": render_divergence(batch, run_id)}
 
 
 def ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableStore | None = None) -> IngestResult:
@@ -171,52 +150,60 @@ def ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableS
                                             run_id)
     if todo:
         with reading_files(spark):
-            _run(spark, store, cat, config, todo, ledger, latest, manifest, result)
+            _run(spark, store, cat, todo, ledger, latest, manifest, result)
     else:
         log.info("nothing new: every file is already in the ledger")
     return _finish(store, cat, manifest, result, t0, inputs)
 
 
-def _run(spark: SparkSession, store: TableStore, cat: Catalog, config: Config, todo: dict[str, _File],
+def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _File],
          ledger: list[dict[str, object]], latest: dict[str, dict[str, object]], manifest: Manifest,
          result: IngestResult) -> None:
     run_id = manifest.run_id
     ordered = sorted(todo)
     ids = {p: (todo[p].identity, i) for i, p in enumerate(ordered)}
-    sizes = {p: todo[p].size for p in ordered}
-    contents = file_contents(spark, ordered)
-    log.info("reading %d new or changed files (%.1f MB)", len(todo), sum(sizes.values()) / 1e6)
+    log.info("reading %d new or changed files (%.1f MB)", len(todo), sum(f.size for f in todo.values()) / 1e6)
 
     # clusters whose file names prove that nothing competes land without a header pass
     named = plan_by_name([ListedFile(p, todo[p].identity.cluster_id, todo[p].identity.data_dir,
                                      file_layout(p)[0], p in latest) for p in ordered],
                          _landed(ledger), _landed_dirs(ledger))
-    rest = [p for p in ordered if p not in named]
     keep = dict(named)
     result.files_clean = len(named)
+    # clusters no earlier run landed anything of: their other files are decided together as they land
+    landed_clusters = {str(r["cluster_id"]) for r in ledger}
+    seen = landed_clusters | {todo[p].identity.cluster_id for p in ordered if p in latest}
+    together = {p: todo[p].identity.cluster_id for p in ordered
+                if p not in named and todo[p].identity.cluster_id not in seen}
+    rest = [p for p in ordered if p not in named and p not in together]
     if rest:
-        keep.update(_plan_from_headers(spark, store, cat, config, rest, todo, ids, sizes, ledger, latest, manifest,
-                                       result))
-    log.info("plan: %d files land directly (%d by their names), %d compete with other copies",
+        keep.update(_plan_from_headers(spark, store, cat, rest, todo, ids, ledger, latest, landed_clusters,
+                                       manifest, result))
+    result.files_contested += len(together)
+    log.info("plan: %d files land directly (%d by their names), %d are decided record by record with their copies",
              result.files_clean, len(named), result.files_contested)
     result.phase("plan")
 
-    # pass 2: land
-    tables = [cat.core["records"], cat.core["batches"], cat.core["files"], *cat.typed.values()]
-    staged = store.stage(contents, tables, LandRouter(ids, keep, run_id), run_id)
+    # pass 2: land (and decide the clusters landed together)
+    tables = [cat.core["records"], cat.core["batches"], cat.core["files"], cat.core["divergence"], *cat.typed.values()]
+    contents = cluster_contents(spark, {p: todo[p].identity.cluster_id for p in ordered},
+                                {p: todo[p].size for p in ordered})
+    with whole_clusters(spark):
+        staged = store.stage(contents, tables, LandRouter(ids, keep, run_id, together), run_id)
     manifest.files += staged
     ledger_rows = [f for f in staged if f.table == "files"]
     result.rows_added = sum(f.num_records for f in staged if f.table == "records")
-    result.records_decoded = _sum_ledger(spark, ledger_rows, "records")
-    result.errors = _sum_ledger(spark, ledger_rows, "error_count")
-    log.info("landed %d new records from %d decoded", result.rows_added, result.records_decoded)
+    result.records_decoded, result.errors = _sum_ledger(spark, cat, ledger_rows, ("records", "error_count"))
+    result.divergent = manifest.rows("divergence")
+    log.info("landed %d new records from %d decoded; %d divergence rows", result.rows_added, result.records_decoded,
+             result.divergent)
     result.phase("land")
 
 
-def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, config: Config, ordered: list[str],
-                       todo: dict[str, _File], ids: dict[str, tuple[FileIdentity, int]], sizes: dict[str, int],
-                       ledger: list[dict[str, object]], latest: dict[str, dict[str, object]], manifest: Manifest,
-                       result: IngestResult) -> dict[str, KeepSpec]:
+def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, ordered: list[str],
+                       todo: dict[str, _File], ids: dict[str, tuple[FileIdentity, int]],
+                       ledger: list[dict[str, object]], latest: dict[str, dict[str, object]],
+                       landed_clusters: set[str], manifest: Manifest, result: IngestResult) -> dict[str, KeepSpec]:
     """Pass 0 over ``ordered`` (a header walk), the plan, and the record-level choice for contested files."""
     contents = file_contents(spark, ordered)
     prefix = {p: int(latest[p]["size"]) for p in ordered if p in latest}  # type: ignore[call-overload]
@@ -232,71 +219,66 @@ def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, con
                                    unchanged))
     plan = plan_files(planned, _landed(ledger))
     result.files_clean += len(plan.clean)
-    result.files_contested = len(plan.contested)
     keep = dict(plan.clean)
     if plan.contested:
-        keep.update(_decide(spark, store, cat, config, plan.contested, planned, ids, sizes, latest,
-                            {str(r["cluster_id"]) for r in ledger}, manifest, result))
+        by_path = {f.path: f for f in planned}
+        base = {p: KeepSpec((), _min_position(by_path[p]), sha256=by_path[p].sha256) for p in plan.contested}
+        rewritten = [p for p in plan.contested if p in latest and not by_path[p].prefix_unchanged]
+        keep.update(_decide(spark, store, cat, base, ids, {p: todo[p].size for p in base}, landed_clusters,
+                            rewritten, manifest, result))
     return keep
 
 
-def _decide(spark: SparkSession, store: TableStore, cat: Catalog, config: Config, contested: list[str],
-            planned: list[PlannedFile], ids: dict[str, tuple[FileIdentity, int]], sizes: dict[str, int],
-            latest: dict[str, dict[str, object]], landed_clusters: set[str], manifest: Manifest,
-            result: IngestResult) -> dict[str, KeepSpec]:
-    """Record-level choice for competing files: divergence, replaced rows, and what each file lands.
+def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str, KeepSpec],
+            ids: dict[str, tuple[FileIdentity, int]], sizes: dict[str, int], landed_clusters: set[str],
+            rewritten: list[str], manifest: Manifest, result: IngestResult) -> dict[str, KeepSpec]:
+    """Record-level choice for the competing files ``base`` (what each lands so far): divergence, replaced
+    rows, and the records each file lands.
 
-    ``landed_clusters``: clusters the ledger holds files of (only their landed rows can compete).
+    Each cluster's files are decided together on an executor (``stage_choices``). Where the ledger
+    holds files of those clusters (``landed_clusters``), the winners are then compared with the landed
+    rows (``against_existing``). ``rewritten``: files rewritten in place since an earlier run landed them.
     """
     run_id = manifest.run_id
-    staging = store.warehouse.rstrip("/") + f"/_kraftlog/staging/{run_id}/index"
-    csizes = {p: sizes[p] for p in contested}
-    indexed = stage_index(file_contents(spark, list(csizes)), ids, staging)
-    log.info("indexed %d records of %d competing files", indexed, len(contested))
-    by_path = {f.path: f for f in planned}
-    keep: dict[str, KeepSpec] = {p: KeepSpec((), _min_position(by_path[p]), sha256=by_path[p].sha256)
-                                 for p in contested}
-    result.phase("plan")
-    if not indexed:
-        return keep
-    records = spark.read.parquet(staging)
-    paths = path_map({i: p for p, (_, i) in ids.items() if p in csizes})
-    decided = decide(records).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        clusters = sorted({ids[p][0].cluster_id for p in contested})
-        winners, run_divergence = pick_canonical(decided, records, paths)
-        div = cat.core["divergence"]
-        if landed_clusters & set(clusters):
-            existing = store.read(cat.core["records"]).filter(F.col("cluster_id").isin(clusters)).select(
-                "cluster_id", "snapshot_id", "log_offset", "snapshot_seq", "value_hash", "batch_epoch", "node_id",
-                "file", "record_type", "timestamp", "data_json", "is_control", "api_key")
-            to_append, replace_keys, old_divergence = against_existing(winners, existing, paths, records)
-            divergence = new_rows(run_divergence.unionByName(old_divergence),
-                                  store.read(div).filter(F.col("cluster_id").isin(clusters)), list(div.key))
-            replaced = replace_keys.collect()
-        else:  # the ledger holds nothing of these clusters: no landed row to compare with
-            to_append, divergence, replaced = winners, run_divergence, []
-        # few rows, rendered in Python: one task (each task would start a worker and compile the codec)
-        manifest.files += store.stage(divergence.repartition(1), [div], _divergence_router(run_id), run_id)
-        result.divergent = manifest.rows("divergence")
-        manifest.deletes += _replacement_deletes(cat, replaced)
-        id_to_path = {i: p for p, (_, i) in ids.items()}
+    staging = store.warehouse.rstrip("/") + f"/_kraftlog/staging/{run_id}"
+    contested = sorted(base)
+    result.files_contested += len(contested)
+    clusters = sorted({ids[p][0].cluster_id for p in contested})
+    choices = stage_choices(spark, {p: ids[p] for p in contested}, sizes, staging)
+    div = cat.core["divergence"]
+    divergence = spark.read.parquet(staging + "/divergence") if choices.divergent else None
+    chosen = choices.keep
+    if landed_clusters & set(clusters) and choices.winners:  # the winners meet the rows landed before
+        paths = path_map({i: p for p, (_, i) in ids.items() if p in base})
+        winners = spark.read.parquet(staging + "/index")
+        existing = store.read(cat.core["records"]).filter(F.col("cluster_id").isin(clusters)).select(
+            "cluster_id", "snapshot_id", "log_offset", "snapshot_seq", "value_hash", "batch_epoch", "node_id",
+            "file", "record_type", "timestamp", "data_json", "is_control", "api_key")
+        to_append, replace_keys, old_divergence = against_existing(winners.drop("key", "value"), existing, paths,
+                                                                   winners)
+        candidates = old_divergence if divergence is None else divergence.unionByName(old_divergence)
+        divergence = new_rows(candidates, store.read(div).filter(F.col("cluster_id").isin(clusters)), list(div.key))
+        manifest.deletes += _replacement_deletes(cat, replace_keys.collect())
+        chosen = {}
         for r in keep_ranges(to_append).collect():
-            p = id_to_path[r["file_id"]]
-            k = keep[p]
-            keep[p] = KeepSpec((*k.ranges, (r["lo"], r["hi"])), k.min_batch_position, k.landed_batches, k.sha256)
-        rewritten = [p for p in contested if p in latest and not by_path[p].prefix_unchanged]
-        if rewritten:  # batches of the old content at the same positions are already landed
-            for r in store.read(cat.core["batches"]).filter(F.col("file").isin(rewritten)) \
-                    .select("file", "position", "crc").collect():
-                k = keep[r["file"]]
-                keep[r["file"]] = KeepSpec(k.ranges, k.min_batch_position,
-                                           k.landed_batches | {(r["position"], r["crc"])}, k.sha256)
-        log.info("divergence: %d new rows; %d landed rows replaced by higher-epoch copies", result.divergent,
-                 sum(1 for _ in manifest.deletes))
-        result.phase("decide")
-    finally:
-        decided.unpersist()
+            chosen.setdefault(r["file_id"], []).append((r["lo"], r["hi"]))
+    keep = {}
+    for p, k in base.items():
+        i = ids[p][1]
+        keep[p] = KeepSpec((*k.ranges, *chosen.get(i, ())), k.min_batch_position, k.landed_batches,
+                           k.sha256 or choices.sha256.get(i))
+    result.phase("plan")
+    if divergence is not None:  # few rows, rendered in Python: one task (each task would start a worker)
+        manifest.files += store.stage(divergence.repartition(1), [div], _divergence_router(run_id), run_id)
+    if rewritten:  # batches of the old content at the same positions are already landed
+        for r in store.read(cat.core["batches"]).filter(F.col("file").isin(rewritten)) \
+                .select("file", "position", "crc").collect():
+            k = keep[r["file"]]
+            keep[r["file"]] = KeepSpec(k.ranges, k.min_batch_position,
+                                       k.landed_batches | {(r["position"], r["crc"])}, k.sha256)
+    log.info("divergence: %d new rows; %d landed rows replaced by higher-epoch copies",
+             manifest.rows("divergence"), sum(1 for _ in manifest.deletes))
+    result.phase("decide")
     return keep
 
 
@@ -342,11 +324,15 @@ def _replacement_deletes(cat: Catalog, keys: list[Any]) -> list[tuple[str, str]]
     return out
 
 
-def _sum_ledger(spark: SparkSession, files: list[StagedFile], column: str) -> int:
+def _sum_ledger(spark: SparkSession, cat: Catalog, files: list[StagedFile], columns: tuple[str, ...]
+                ) -> tuple[int, ...]:
+    """Totals of ``columns`` over the ledger rows this run staged (one job, executors read them)."""
     if not files:
-        return 0
+        return tuple(0 for _ in columns)
     uris = [f.root.rstrip("/") + "/" + f.path for f in files]
-    return int(spark.read.parquet(*uris).agg(F.sum(column)).collect()[0][0] or 0)
+    row = spark.read.schema(spark_schema(cat.core["files"])).parquet(*uris) \
+        .agg(*[F.sum(c).alias(c) for c in columns]).collect()[0]
+    return tuple(int(row[c] or 0) for c in columns)
 
 
 def _empty_file_row(path: str, f: _File, run_id: str) -> dict[str, object]:

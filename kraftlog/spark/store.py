@@ -233,6 +233,7 @@ class TableStore(Protocol):
     def ensure(self, table: TableDef) -> None: ...
     def read(self, table: TableDef) -> DataFrame: ...
     def stage(self, df: DataFrame, tables: list[TableDef], router: Router, run_id: str) -> list[StagedFile]: ...
+    def stage_root(self, table: TableDef, run_id: str) -> tuple[str, str]: ...
     def stage_small(self, table: TableDef, data: pa.Table, run_id: str) -> list[StagedFile]: ...
     def commit(self, manifest: Manifest) -> None: ...
     def replace(self, frames: list[tuple[TableDef, DataFrame]], build_id: str, where: str | None = None
@@ -255,12 +256,12 @@ class _Base:
     def path(self, table: TableDef) -> str:
         return self.warehouse.rstrip("/") + "/" + table.name
 
-    def _stage_root(self, table: TableDef, run_id: str) -> tuple[str, str]:
+    def stage_root(self, table: TableDef, run_id: str) -> tuple[str, str]:
         """(root URI, file prefix) where a run's files for ``table`` are written."""
         return self.path(table), ""
 
     def stage(self, df: DataFrame, tables: list[TableDef], router: Router, run_id: str) -> list[StagedFile]:
-        placed = {t.name: self._stage_root(t, run_id) for t in tables}
+        placed = {t.name: self.stage_root(t, run_id) for t in tables}
         roots = {n: r for n, (r, _) in placed.items()}
         prefixes = {p for _, p in placed.values()}
         prefix = prefixes.pop() if len(prefixes) == 1 else ""
@@ -273,7 +274,7 @@ class _Base:
     def stage_small(self, table: TableDef, data: pa.Table, run_id: str) -> list[StagedFile]:
         if data.num_rows == 0:
             return []
-        root, prefix = self._stage_root(table, run_id)
+        root, prefix = self.stage_root(table, run_id)
         return [write_parquet(table.name, root, data.cast(table.schema), prefix)]
 
     def replace(self, frames: list[tuple[TableDef, DataFrame]], build_id: str, where: str | None = None
@@ -445,7 +446,7 @@ class DeltaSparkStore(_Base):
 
     kind = "delta-spark"
 
-    def _stage_root(self, table: TableDef, run_id: str) -> tuple[str, str]:
+    def stage_root(self, table: TableDef, run_id: str) -> tuple[str, str]:
         return self.warehouse.rstrip("/") + f"/_kraftlog/staging/{run_id}/{table.name}", ""
 
     def ensure(self, table: TableDef) -> None:

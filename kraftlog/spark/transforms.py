@@ -1,17 +1,10 @@
-"""Pure DataFrame -> DataFrame steps of an ingest run.
+"""Pure DataFrame -> DataFrame steps of an ingest run: this run's winning copies against landed rows.
 
-Record rows come from the narrow ``INDEX`` (``kraftlog.tables.rows``): key, batch epoch, node, file id,
-value hash, raw bytes. The rules for the one canonical row per record key:
-
-* log records, key (cluster_id, log_offset): a copy from a batch with a valid CRC beats a corrupt one;
-  then the copy with the highest batch epoch wins (a later leader overwrote an uncommitted suffix);
-  ties go to the lowest node id, then file. Losing copies
-  whose bytes differ are reported as divergence; identical copies (replicas) are not.
-* snapshot and bootstrap records, key (cluster_id, snapshot_id, snapshot_seq): records are never mixed
-  across copies of a snapshot: one whole file wins (lowest node id, then file); records of the other
-  copies that differ are reported as divergence.
-* against rows already landed: new keys are appended; a landed log row loses to a copy with a higher
-  batch epoch (it is replaced and reported), otherwise the landed row stays and the new copy is reported.
+Within a run, the files of each cluster are decided together in Python (``kraftlog.tables.copies``,
+which states the rules). Where earlier runs landed rows of the same cluster, this run's winners (narrow
+``INDEX`` rows: key, batch epoch, node, file id, value hash, raw bytes) meet them here: new keys are
+appended; a landed log row loses to a copy with a higher batch epoch (it is replaced and reported),
+otherwise the landed row stays and the new copy is reported.
 """
 
 from __future__ import annotations
@@ -67,42 +60,6 @@ def with_raw_bytes(df: DataFrame, records: DataFrame) -> DataFrame:
     raw = records.select("file_id", F.coalesce("snapshot_seq", "log_offset").alias("_pos"), "key", "value") \
         .join(F.broadcast(keyed.select("file_id", "_pos")), ["file_id", "_pos"], "left_semi")
     return keyed.join(raw, ["file_id", "_pos"], "left").drop("_pos")
-
-
-def decide(records: DataFrame) -> DataFrame:
-    """Narrow record rows with the canonical copy of their key: ``w_*`` columns and ``_winner``.
-
-    Persist the result: the winners and the losers are both read from it.
-    """
-    narrow = records.drop("key", "value")
-    win = ["node_id", "file_id", "batch_epoch", "value_hash"]
-    log = narrow.filter(F.col("snapshot_id").isNull())
-    w = Window.partitionBy("cluster_id", "log_offset").orderBy(
-        F.col("crc_valid").desc(), F.col("batch_epoch").desc(), F.col("node_id").asc_nulls_last(),
-        F.col("file_id").asc())
-    log = log.withColumn("_w", F.first(F.struct(*win)).over(w))
-    snap = narrow.filter(F.col("snapshot_id").isNotNull())
-    ws = Window.partitionBy("cluster_id", "snapshot_id").orderBy(F.col("node_id").asc_nulls_last(), "file_id")
-    snap = snap.withColumn("_winfile", F.first("file_id").over(ws))
-    winners = snap.filter(F.col("file_id") == F.col("_winfile")).select(
-        "cluster_id", "snapshot_id", "snapshot_seq", F.struct(*win).alias("_w"))
-    snap = snap.drop("_winfile").join(winners, ["cluster_id", "snapshot_id", "snapshot_seq"], "left")
-    both = log.unionByName(snap)
-    return both.select("*", *[F.col(f"_w.{c}").alias(f"w_{c}") for c in win]).drop("_w") \
-               .withColumn("_winner", (F.col("file_id") == F.col("w_file_id")) & F.col("w_file_id").isNotNull())
-
-
-def pick_canonical(decided: DataFrame, records: DataFrame, paths: F.Column) -> tuple[DataFrame, DataFrame]:
-    """(winning record rows without raw bytes, divergence rows) from ``decide``'s output."""
-    winners = decided.filter(F.col("_winner")).drop("_winner", *[c for c in decided.columns if c.startswith("w_")])
-    losers = decided.filter(~F.col("_winner") & (F.col("w_value_hash").isNull()
-                                                 | (F.col("value_hash") != F.col("w_value_hash"))))
-    reason = (F.when(F.col("snapshot_id").isNotNull(), F.lit("snapshot_copy_differs"))
-              .when(F.col("batch_epoch") < F.col("w_batch_epoch"), F.lit("lower_epoch"))
-              .otherwise(F.lit("same_epoch_conflict")))
-    losers = with_paths(with_paths(with_raw_bytes(losers, records), paths), paths, "w_") \
-        .withColumn("record_type", F.lit(None).cast("string")).withColumn("data_json", F.lit(None).cast("string"))
-    return winners, divergence_rows(losers, reason)
 
 
 def against_existing(winners: DataFrame, existing: DataFrame, paths: F.Column, records: DataFrame

@@ -1,14 +1,17 @@
 """Build Arrow rows for the tables from the wire layer's output (no Spark).
 
-An ingest run reads a changed file up to three times, each time doing only what it must:
+Files are read column-wise (``kraftlog.wire.columns``). An ingest run reads a changed file once,
+and up to three times where it competes with landed rows, each time doing only what it must:
 
-* ``summarize`` (every changed file): a walk of the batch headers: offset range, epochs, SHA-256,
-  and whether the part an earlier run ingested is unchanged. The planner (``kraftlog.planning``) needs
-  only these to tell files that can be landed directly from files whose copies compete.
+* ``summarize`` (files of clusters with landed rows): a walk of the batch headers: offset range,
+  epochs, SHA-256, and whether the part an earlier run ingested is unchanged. The planner
+  (``kraftlog.planning``) needs only these to tell files that can be landed directly from files
+  whose copies compete.
 * ``FileIndexer`` (competing files only): narrow rows per record (key, epoch, node, hash, raw bytes),
-  enough to choose the one canonical copy of each record.
-* ``FileLander`` (every changed file): decodes each value once and returns the rows of ``records``,
-  of every typed table, of ``batches`` and of the ``files`` ledger, keeping the records the plan says.
+  enough to choose the one canonical copy of each record (``kraftlog.tables.copies``).
+* ``FileLander`` (every changed file): decodes each distinct value once and returns the rows of
+  ``records``, of every typed table, of ``batches`` and of the ``files`` ledger, keeping the records
+  the plan says.
 """
 
 from __future__ import annotations
@@ -32,14 +35,13 @@ from kraftlog.wire.batches import (
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
-    Batch,
-    Record,
     iter_batches,
 )
 from kraftlog.wire.codegen import UNKNOWN_TAGS
+from kraftlog.wire.columns import LogColumns, Value, read_columns
 from kraftlog.wire.compression import CODEC_NAMES
 from kraftlog.wire.errors import KraftDecodeError
-from kraftlog.wire.files import BOOTSTRAP, SEGMENT, FileInfo, batch_decoder, classify, paused_gc
+from kraftlog.wire.files import BOOTSTRAP, SEGMENT, FileInfo, classify, decode_value, paused_gc
 from kraftlog.wire.kafka_json import dumps, payload
 from kraftlog.wire.messages import Decoded, MetadataCodec, default_codec
 from kraftlog.wire.redact import Redactor, default_redactor
@@ -163,49 +165,51 @@ class FileIndexer:
 
     def index(self, files: Iterable[FileRef], rows_per_table: int = 1 << 18) -> Iterator[pa.Table]:
         """INDEX tables for ``files``, each of about ``rows_per_table`` rows (bounded memory)."""
-        cols: dict[str, list[Any]] = {n: [] for n in INDEX.names}
+        tables: list[pa.Table] = []
+        rows = 0
         for f in files:
             with paused_gc():
-                self._file(cols, f)
-                full = len(cols["cluster_id"]) >= rows_per_table
-                table = _arrow(cols, INDEX) if full else None
-            if table is not None:
-                yield table
-                cols = {n: [] for n in INDEX.names}
-        if cols["cluster_id"]:
-            with paused_gc():
-                table = _arrow(cols, INDEX)
-            yield table
+                table = self.file_rows(f)
+            tables.append(table)
+            rows += table.num_rows
+            if rows >= rows_per_table:
+                yield pa.concat_tables(tables)
+                tables, rows = [], 0
+        if rows:
+            yield pa.concat_tables(tables)
 
-    def _file(self, c: dict[str, list[Any]], f: FileRef) -> None:
+    def file_rows(self, f: FileRef) -> pa.Table:
+        """The INDEX rows of one file."""
         _, snap, _, snap_offset = file_layout(f.path)
-        pairs = [(b, r) for b in iter_batches(f.content, f.path) if isinstance(b, Batch) for r in b.records]
-        n = len(pairs)
-        c["cluster_id"] += [f.identity.cluster_id] * n
-        c["node_id"] += [f.identity.node_id] * n
-        c["file_id"] += [f.file_id] * n
-        c["snapshot_id"] += [snap] * n
-        _offsets(c, pairs, snap_offset)
-        c["batch_epoch"] += [b.partition_leader_epoch for b, _ in pairs]
-        c["timestamp"] += [r.timestamp * 1000 for _, r in pairs]
-        controls = [bool(b.attributes & CONTROL_MASK) for b, _ in pairs]
-        c["is_control"] += controls
-        c["api_key"] += [_peek_api_key(r.key, r.value, ctl) for (_, r), ctl in zip(pairs, controls, strict=True)]
-        h = self.hash
-        c["value_hash"] += [h(r.key, r.value) for _, r in pairs]
-        c["crc_valid"] += [b.crc_valid and not b.errors for b, _ in pairs]
-        c["key"] += [r.key for _, r in pairs]
-        c["value"] += [r.value for _, r in pairs]
+        cols = read_columns(f.content, f.path)
+        n = len(cols.offset)
+        log_offset, seq = _log_position(cols.offset, snap_offset)
+        distinct = cols.distinct
+        per_value = {
+            "is_control": pa.array([v[0] for v in distinct], pa.bool_()),
+            "api_key": pa.array([_peek_api_key(k, v, ctl) for ctl, k, v, _ in distinct], pa.int16()),
+            "value_hash": pa.array([self.hash(k, v) for _, k, v, _ in distinct], pa.int64()),
+            "key": pa.array([v[1] for v in distinct], pa.binary()),
+            "value": pa.array([v[2] for v in distinct], pa.binary()),
+        }
+        code = pa.array(cols.code)
+        trusted = cols.crc_valid & np.asarray([e is None for e in cols.batch_errors], np.bool_)
+        arrays = {
+            "cluster_id": _repeat(f.identity.cluster_id, n), "node_id": pa.array([f.identity.node_id] * n, pa.int32()),
+            "file_id": pa.array(np.full(n, f.file_id, np.int32)), "snapshot_id": pa.array([snap] * n, pa.string()),
+            "log_offset": log_offset, "snapshot_seq": seq,
+            "batch_epoch": pa.array(cols.headers["partition_leader_epoch"].astype(np.int32)[cols.batch]),
+            "timestamp": pa.array(cols.timestamp * 1000, TS), "crc_valid": pa.array(trusted[cols.batch]),
+            **{name: column.take(code) for name, column in per_value.items()},
+        }
+        return pa.Table.from_arrays([arrays[name] for name in INDEX.names], schema=INDEX)
 
 
-def _offsets(c: dict[str, list[Any]], pairs: list[tuple[Batch, Record]], snap_offset: int | None) -> None:
-    n = len(pairs)
+def _log_position(offsets: np.ndarray, snap_offset: int | None) -> tuple[pa.Array, pa.Array]:
+    """(log_offset, snapshot_seq) of records at ``offsets``: a snapshot's records sit at its offset, in order."""
     if snap_offset is None:
-        c["log_offset"] += [r.offset for _, r in pairs]
-        c["snapshot_seq"] += [None] * n
-    else:
-        c["log_offset"] += [snap_offset] * n
-        c["snapshot_seq"] += [r.offset for _, r in pairs]
+        return pa.array(offsets, pa.int64()), pa.nulls(len(offsets), pa.int64())
+    return pa.array(np.full(len(offsets), snap_offset, np.int64)), pa.array(offsets, pa.int64())
 
 
 def _peek_api_key(key: bytes | None, value: bytes | None, control: bool) -> int | None:
@@ -240,21 +244,28 @@ class KeepSpec:
     def keeps(self, offset: int) -> bool:
         return any(lo <= offset <= hi for lo, hi in self.ranges)
 
+    def mask(self, offsets: np.ndarray) -> np.ndarray:
+        """Which of ``offsets`` land."""
+        if self.ranges == (ALL,):
+            return np.ones(len(offsets), np.bool_)
+        out = np.zeros(len(offsets), np.bool_)
+        for lo, hi in self.ranges:
+            out |= (offsets >= lo) & (offsets <= hi)
+        return out
+
 
 class FileLander:
     """Rows for ``records``, the typed tables, ``batches`` and ``files`` from whole files, built column-wise.
 
-    Per record only its position in the log is read in Python; what a record's columns take from its
-    value (type, status, JSON, hash, typed fields) is derived once per distinct (key, value) of a chunk
-    and spread with Arrow ``take``; per-file constants are repeated by Arrow; batch headers are read
-    from the file bytes in one vectorized gather.
+    Files are read column-wise (``kraftlog.wire.columns``); what a record's columns take from its value
+    (type, status, JSON, hash, typed fields) is derived once per distinct value of a chunk and spread
+    with Arrow ``take``; per-file constants are repeated by Arrow.
     """
 
     def __init__(self, run_id: str, codec: MetadataCodec | None = None, redactor: Redactor | None = None):
         self.run_id = run_id
         self.codec = codec or default_codec()
         self.redactor = redactor or default_redactor()
-        self.decode_batch = batch_decoder(self.codec)
         self.cat = catalog()
         self.sensitive_keys = {k for k, s in load_schemas().metadata.items() if self.redactor.is_sensitive_type(s)}
         self.mv_names = load_schemas().enums["metadataVersion"]
@@ -291,84 +302,67 @@ class FileLander:
     def _file(self, ref: FileRef, keep: KeepSpec, content_sha256: str, ch: _Chunk) -> None:
         info, snap, source, snap_offset = file_layout(ref.path)
         ident = ref.identity
-        all_batches: list[Batch] = []
-        errors: list[KraftDecodeError] = []
-        for item in iter_batches(ref.content, ref.path, on_batch=self.decode_batch):
-            if isinstance(item, Batch):
-                all_batches.append(item)
-                if item.errors:
-                    errors.extend(item.errors)
-            else:
-                errors.append(item)
-        pairs = [(b, r) for b in all_batches for r in b.records]
-        kept = pairs if keep.ranges == (ALL,) else [(b, r) for b, r in pairs if keep.keeps(r.offset)]
-        if keep.strict and len(kept) < len(pairs):
-            errors.append(_outside(ref.path, keep, [(b, r) for b, r in pairs if not keep.keeps(r.offset)]))
-        new_batches = all_batches if keep.min_batch_position <= 0 and not keep.landed_batches else [
-            b for b in all_batches
-            if b.position >= keep.min_batch_position and (b.position, b.crc) not in keep.landed_batches]
+        cols = read_columns(ref.content, ref.path)
+        errors = list(cols.errors)
+        kept = keep.mask(cols.offset)
+        if keep.strict and not kept.all():
+            errors.append(_outside(ref.path, keep, cols, int(np.argmin(kept))))
+        new_batches = cols.positions >= keep.min_batch_position
+        if keep.landed_batches:
+            new_batches &= [(p, c) not in keep.landed_batches
+                            for p, c in zip(cols.positions.tolist(), cols.headers["crc"].tolist(), strict=True)]
+        derived = np.asarray([self._derived(ch, v) for v in cols.distinct], np.int64)
+        index = derived[cols.code]
         ch.files.append(_FileColumns(ident.cluster_id, ident.node_id, ref.path, info.kind, snap, source))
-        self._records(ch, kept, snap_offset)
-        ch.batches(ref.content, new_batches)
-        offsets = [r.offset for _, r in pairs]
+        ch.records(cols, index, kept, snap_offset)
+        ch.batches(cols, new_batches)
+        offsets = cols.offset
         ch.ledger.append({
             "path": ref.path, "cluster_id": ident.cluster_id, "node_id": ident.node_id, "data_dir": ident.data_dir,
             "file_kind": info.kind, "snapshot_id": snap, "deleted_snapshot": info.deleted, "size": len(ref.content),
             "modification_time": ref.mtime_ms * 1000, "content_sha256": content_sha256,
-            "batches": len(all_batches), "control_batches": sum(1 for b in all_batches if b.attributes & CONTROL_MASK),
-            "records": len(pairs), "crc_failures": sum(1 for b in all_batches if not b.crc_valid),
-            "first_offset": min(offsets) if offsets else None, "last_offset": max(offsets) if offsets else None,
-            "metadata_version": self._metadata_version(pairs), "status": "errors" if errors else "ok",
+            "batches": len(cols.positions), "control_batches": int(cols.control.sum()), "records": len(offsets),
+            "crc_failures": int((~cols.crc_valid).sum()),
+            "first_offset": int(offsets.min()) if len(offsets) else None,
+            "last_offset": int(offsets.max()) if len(offsets) else None,
+            "metadata_version": self._metadata_version(ch, derived, cols.code), "status": "errors" if errors else "ok",
             "error_count": len(errors), "errors": [e.describe() for e in errors[:MAX_ERRORS_KEPT]],
             "ingested_at": datetime.now(UTC), "run_id": self.run_id,
         })
 
-    def _metadata_version(self, pairs: list[tuple[Batch, Record]]) -> str | None:
-        level = None
-        for b, r in pairs:
-            d = r.decoded
-            if d is not None and d.api_key == 12 and not b.attributes & CONTROL_MASK and d.data \
-                    and d.data.get("name") == "metadata.version":
-                level = d.data["feature_level"]
-        return None if level is None else self.mv_names.get(str(level), f"level {level}")
+    def _derived(self, ch: _Chunk, v: Value) -> int:
+        """The chunk's derived entry of a distinct value (records of a corrupt batch get their own)."""
+        if v[3]:
+            return ch.derived.add(self._derive(v))
+        i = ch.memo.get(v)
+        if i is None:
+            i = ch.memo[v] = ch.derived.add(self._derive(v))
+        return i
 
-    def _records(self, ch: _Chunk, pairs: list[tuple[Batch, Record]], snap_offset: int | None) -> None:
-        """The per-record columns of ``pairs``; value-derived columns go through the chunk's memo."""
-        n = len(pairs)
-        ch.record_counts.append(n)
-        if not n:
-            return
-        c = ch.rec
-        _offsets(c, pairs, snap_offset)
-        c["batch_epoch"] += [b.partition_leader_epoch for b, _ in pairs]
-        c["timestamp"] += [r.timestamp * 1000 for _, r in pairs]
-        c["batch_base_offset"] += [b.base_offset for b, _ in pairs]
-        c["file_position"] += [r.position if r.position >= 0 else None for _, r in pairs]
-        memo, derive, derived = ch.memo, self._derive, ch.derived
-        index = c["derived"]
-        for b, r in pairs:
-            if b.errors:  # records of a corrupt batch are never shared with a good copy
-                index.append(derived.add(derive(b, r)))
-                continue
-            k = (b.attributes & CONTROL_MASK, r.key, r.value)
-            i = memo.get(k)
-            if i is None:
-                i = memo[k] = derived.add(derive(b, r))
-            index.append(i)
+    def _metadata_version(self, ch: _Chunk, derived: np.ndarray, code: np.ndarray) -> str | None:
+        """The metadata.version the file's last FeatureLevelRecord for it sets (None if it has none)."""
+        is_control = ch.derived.columns[0]  # _DERIVED starts with is_control
+        levels = [_metadata_level(ch.derived.decoded[i], is_control[i]) for i in derived.tolist()]
+        has = np.asarray([lv is not None for lv in levels], np.bool_)
+        rows = np.flatnonzero(has[code]) if has.any() else np.empty(0, np.int64)
+        if not rows.size:
+            return None
+        level = levels[code[rows[-1]]]
+        return self.mv_names.get(str(level), f"level {level}")
 
-    def _derive(self, b: Batch, r: Record) -> tuple[Any, ...]:
+    def _derive(self, v: Value) -> tuple[Any, ...]:
         """What the columns of a record take from its key and value (and its batch's problems)."""
-        d: Decoded = r.decoded  # type: ignore[assignment]
-        ctl = bool(b.attributes & CONTROL_MASK)
+        ctl, key, value, problems = v
+        d = decode_value(self.codec, ctl, key, value)
         # records of a batch that failed its CRC or framing are kept, but never trusted as ok
-        status = d.status if not b.errors else CORRUPT_BATCH
+        status = d.status if not problems else CORRUPT_BATCH
         raw = status != "ok" and (ctl or d.api_key not in self.sensitive_keys)
         red = self.redactor(d) if d.data else d
         data_json = "{}" if d.data == {} else (dumps(payload(red)) if d.data is not None else None)
         typed = self.cat.by_record_type.get(d.type) if status == "ok" else None  # type: ignore[arg-type]
-        return (ctl, d.api_key, d.type, d.version, status, _record_error(b, d), data_json,
-                list(red.redacted) or None, r.key if raw else None, r.value if raw else None,
-                self.hash(r.key, r.value), typed.name if typed else None, red)
+        return (ctl, d.api_key, d.type, d.version, status, _record_error(problems, d), data_json,
+                list(red.redacted) or None, key if raw else None, value if raw else None,
+                self.hash(key, value), typed.name if typed else None, red)
 
     def _tables(self, ch: _Chunk) -> dict[str, pa.Table]:
         with paused_gc():
@@ -377,12 +371,19 @@ class FileLander:
             if records is not None:
                 out["records"] = records
                 for name, rows, index in ch.typed_rows():
-                    out[name] = _typed(self.cat.typed[name], records, rows, [ch.derived.decoded[i] for i in index])
+                    out[name] = _typed(self.cat.typed[name], records, rows, index, ch.derived.decoded)
             batches = ch.batches_table(self.cat.core["batches"].schema, self.run_id)
             if batches is not None:
                 out["batches"] = batches
             out["files"] = pa.Table.from_pylist(ch.ledger, self.cat.core["files"].schema)
             return out
+
+
+def _metadata_level(d: Decoded, control: bool) -> int | None:
+    """The feature level of a FeatureLevelRecord for metadata.version, else None."""
+    if d.api_key == 12 and not control and d.data and d.data.get("name") == "metadata.version":
+        return d.data["feature_level"]
+    return None
 
 
 # what a record's columns take from its value, in the order ``FileLander._derive`` returns them
@@ -409,22 +410,8 @@ class _Derived:
         return {name: pa.array(col, typ) for (name, typ), col in zip(_DERIVED, self.columns, strict=True)}
 
 
-# batch header fields as they sit in the file (big-endian, packed): see ``kraftlog.wire.batches``
-_HEADER_DTYPE = np.dtype([
-    ("base_offset", ">i8"), ("batch_length", ">i4"), ("partition_leader_epoch", ">i4"), ("magic", "i1"),
-    ("crc", ">u4"), ("attributes", ">i2"), ("last_offset_delta", ">i4"), ("base_timestamp", ">i8"),
-    ("max_timestamp", ">i8"), ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"),
-    ("records_count", ">i4")])
 _CODECS = pa.array([CODEC_NAMES.get(i, str(i)) for i in range(8)], pa.string())
 _TIMESTAMP_TYPES = pa.array(["CreateTime", "LogAppendTime"], pa.string())
-
-
-def batch_headers(content: bytes, positions: list[int]) -> np.ndarray:
-    """The RecordBatch headers at ``positions`` of ``content`` as one structured array (vectorized)."""
-    if not positions:
-        return np.empty(0, _HEADER_DTYPE)
-    gather = np.asarray(positions, np.int64)[:, None] + np.arange(_HEADER_DTYPE.itemsize)
-    return np.frombuffer(content, np.uint8)[gather].view(_HEADER_DTYPE).ravel()
 
 
 class _FileColumns(NamedTuple):
@@ -439,37 +426,54 @@ class _FileColumns(NamedTuple):
 
 
 class _Chunk:
-    """The rows of one output chunk, column-wise."""
+    """The rows of one output chunk, column-wise (one numpy array per file and column)."""
 
     def __init__(self) -> None:
         self.files: list[_FileColumns] = []
         self.record_counts: list[int] = []
         self.batch_counts: list[int] = []
-        self.rec: dict[str, list[Any]] = {n: [] for n in ("log_offset", "snapshot_seq", "batch_epoch", "timestamp",
-                                                           "batch_base_offset", "file_position", "derived")}
-        self.memo: dict[tuple[int, bytes | None, bytes | None], int] = {}
+        self.rec: dict[str, list[np.ndarray]] = {n: [] for n in (
+            "log_offset", "snapshot_seq", "seq_valid", "batch_epoch", "timestamp", "batch_base_offset",
+            "file_position", "derived")}
+        self.memo: dict[Value, int] = {}
         self.derived = _Derived()
         self.headers: list[np.ndarray] = []
-        self.positions: list[int] = []
-        self.crc_valid: list[bool] = []
-        self.records_read: list[int] = []
+        self.positions: list[np.ndarray] = []
+        self.crc_valid: list[np.ndarray] = []
+        self.records_read: list[np.ndarray] = []
         self.batch_errors: list[list[str] | None] = []
         self.ledger: list[dict[str, Any]] = []
+        self.rows = 0  # record and batch rows
         self.index = np.empty(0, np.int64)  # each record row's derived entry (set by records_table)
         self.typed_of: pa.Array | None = None  # each record row's typed table (set by records_table)
 
-    @property
-    def rows(self) -> int:
-        return len(self.rec["derived"]) + len(self.positions)
+    def records(self, cols: LogColumns, index: np.ndarray, kept: np.ndarray, snap_offset: int | None) -> None:
+        """The record rows ``kept`` of a file; ``index``: each record's derived entry."""
+        offsets, batch = cols.offset[kept], cols.batch[kept]
+        n = len(offsets)
+        self.record_counts.append(n)
+        self.rows += n
+        snapshot = snap_offset is not None
+        c = self.rec
+        c["log_offset"].append(np.full(n, snap_offset, np.int64) if snapshot else offsets)
+        c["snapshot_seq"].append(offsets)
+        c["seq_valid"].append(np.full(n, snapshot, np.bool_))
+        c["batch_epoch"].append(cols.headers["partition_leader_epoch"].astype(np.int32)[batch])
+        c["timestamp"].append(cols.timestamp[kept])
+        c["batch_base_offset"].append(cols.headers["base_offset"].astype(np.int64)[batch])
+        c["file_position"].append(cols.position[kept])
+        c["derived"].append(index[kept])
 
-    def batches(self, content: bytes, bs: list[Batch]) -> None:
-        positions = [b.position for b in bs]
-        self.batch_counts.append(len(bs))
-        self.positions += positions
-        self.headers.append(batch_headers(content, positions))
-        self.crc_valid += [b.crc_valid for b in bs]
-        self.records_read += [len(b.records) for b in bs]
-        self.batch_errors += [[e.describe() for e in b.errors] if b.errors else None for b in bs]
+    def batches(self, cols: LogColumns, new: np.ndarray) -> None:
+        """The batch rows ``new`` of a file."""
+        self.batch_counts.append(int(new.sum()))
+        self.rows += self.batch_counts[-1]
+        self.positions.append(cols.positions[new])
+        self.headers.append(cols.headers[new])
+        self.crc_valid.append(cols.crc_valid[new])
+        self.records_read.append(cols.records_read[new])
+        self.batch_errors += [[e.describe() for e in errs] if errs else None
+                              for errs, is_new in zip(cols.batch_errors, new.tolist(), strict=True) if is_new]
 
     def _per_file(self, counts: list[int], schema: pa.Schema, names: tuple[str, ...]) -> dict[str, pa.Array]:
         """The per-file columns ``names``, each file's value repeated for its ``counts`` rows."""
@@ -477,22 +481,27 @@ class _Chunk:
         return {n: pa.array([getattr(f, n) for f in self.files], schema.field(n).type).take(slots) for n in names}
 
     def records_table(self, schema: pa.Schema, run_id: str) -> pa.Table | None:
-        if not self.rec["derived"]:
+        if not sum(self.record_counts):
             return None
         derived = self.derived.arrays()
-        self.index = np.asarray(self.rec["derived"], np.int64)
+        c = {name: np.concatenate(parts) for name, parts in self.rec.items()}
+        self.index = c["derived"]
         index = pa.array(self.index)
         arrays = self._per_file(self.record_counts, schema, ("cluster_id", "source", "snapshot_id", "node_id", "file"))
         arrays["run_id"] = _repeat(run_id, len(index))
-        for name in ("log_offset", "snapshot_seq", "batch_epoch", "timestamp", "batch_base_offset", "file_position"):
-            arrays[name] = pa.array(self.rec[name], schema.field(name).type)
+        arrays["log_offset"] = pa.array(c["log_offset"], pa.int64())
+        arrays["snapshot_seq"] = pa.array(c["snapshot_seq"], pa.int64(), mask=~c["seq_valid"])
+        arrays["batch_epoch"] = pa.array(c["batch_epoch"], pa.int32())
+        arrays["timestamp"] = pa.array(c["timestamp"] * 1000, TS)
+        arrays["batch_base_offset"] = pa.array(c["batch_base_offset"], pa.int64())
+        arrays["file_position"] = pa.array(c["file_position"], pa.int64(), mask=c["file_position"] < 0)
         for name, column in derived.items():
             if name in schema.names:
                 arrays[name] = column.take(index)
         self.typed_of = derived["typed_table"].take(index)
         return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
 
-    def typed_rows(self) -> Iterator[tuple[str, np.ndarray, list[int]]]:
+    def typed_rows(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
         """(typed table, record row numbers, derived entries) per typed table with rows in this chunk."""
         if self.typed_of is None:
             return
@@ -500,10 +509,10 @@ class _Chunk:
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         for code, name in enumerate(encoded.dictionary.to_pylist()):
             rows = np.flatnonzero(codes == code)
-            yield name, rows, self.index[rows].tolist()
+            yield name, rows, self.index[rows]
 
     def batches_table(self, schema: pa.Schema, run_id: str) -> pa.Table | None:
-        if not self.positions:
+        if not sum(self.batch_counts):
             return None
         h = np.concatenate(self.headers)
         attrs = h["attributes"].astype(np.int16)
@@ -512,18 +521,18 @@ class _Chunk:
             ("has_delete_horizon", DELETE_HORIZON_MASK))}
         arrays: dict[str, pa.Array] = {
             **self._per_file(self.batch_counts, schema, ("cluster_id", "node_id", "file", "file_kind", "snapshot_id")),
-            "position": pa.array(self.positions, pa.int64()),
+            "position": pa.array(np.concatenate(self.positions), pa.int64()),
             "last_offset": pa.array(h["base_offset"].astype(np.int64) + h["last_offset_delta"].astype(np.int64)),
             "size": pa.array(h["batch_length"].astype(np.int32) + LOG_OVERHEAD),
             "crc": pa.array(h["crc"].astype(np.int64)),
-            "crc_valid": pa.array(self.crc_valid, pa.bool_()),
+            "crc_valid": pa.array(np.concatenate(self.crc_valid), pa.bool_()),
             "compression": _CODECS.take(pa.array(attrs & COMPRESSION_MASK)),
             "timestamp_type": _TIMESTAMP_TYPES.take(pa.array((attrs & TIMESTAMP_TYPE_MASK) >> 3)),
             "base_timestamp": pa.array(h["base_timestamp"].astype(np.int64) * 1000, TS),
             "max_timestamp": pa.array(h["max_timestamp"].astype(np.int64) * 1000, TS),
-            "records_read": pa.array(self.records_read, pa.int32()),
+            "records_read": pa.array(np.concatenate(self.records_read), pa.int32()),
             "errors": pa.array(self.batch_errors, pa.list_(pa.string())),
-            "run_id": _repeat(run_id, len(self.positions)),
+            "run_id": _repeat(run_id, len(h)),
             **flags,
         }
         for f in schema:
@@ -536,17 +545,17 @@ def _repeat(value: str, n: int) -> pa.Array:
     return pa.array([value], pa.string()).take(pa.array(np.zeros(n, np.int64)))
 
 
-def _typed(table: TableDef, records: pa.Table, rows: np.ndarray, decoded: list[Decoded]) -> pa.Table:
-    """A typed table's rows: provenance taken from the record rows, fields from the decoded values.
+def _typed(table: TableDef, records: pa.Table, rows: np.ndarray, index: np.ndarray, decoded: list[Decoded]
+           ) -> pa.Table:
+    """A typed table's rows: provenance taken from the record rows ``rows``, fields from the decoded values.
 
-    ``decoded`` repeats the same few objects (one per distinct value): each field is read once per
-    distinct value and spread with ``take``.
+    ``index``: each row's entry in ``decoded``. Each field is read once per distinct entry and spread
+    with ``take``.
     """
     take = records.select([*TYPED_PROVENANCE, "run_id"]).take(pa.array(rows))
-    distinct: dict[int, int] = {}
-    slots = [distinct.setdefault(id(d), len(distinct)) for d in decoded]
-    values = list({id(d): d for d in decoded}.values())
-    spread = pa.array(slots, pa.int64())
+    entries, slots = np.unique(index, return_inverse=True)
+    values = [decoded[i] for i in entries.tolist()]
+    spread = pa.array(slots.ravel())
     arrays = []
     for f in table.schema:
         if f.name in take.column_names:
@@ -566,21 +575,23 @@ TYPED_PROVENANCE = ("cluster_id", "source", "snapshot_id", "log_offset", "snapsh
                     "timestamp", "node_id", "record_version")
 
 
-def _outside(path: str, keep: KeepSpec, dropped: list[tuple[Batch, Record]]) -> KraftDecodeError:
-    """The problem of records a segment holds outside the offsets its name allows (they are not landed)."""
-    b, r = dropped[0]
+def _outside(path: str, keep: KeepSpec, cols: LogColumns, row: int) -> KraftDecodeError:
+    """The problem of records a segment holds outside the offsets its name allows (they are not landed);
+    ``row``: the first such record."""
+    dropped = int((~keep.mask(cols.offset)).sum())
+    offset, position = int(cols.offset[row]), int(cols.position[row])
     lo, hi = keep.ranges[0] if keep.ranges else ALL
     allowed = f"{lo}..{hi}" if hi < ALL[1] else f"{lo} and above"
     return KraftDecodeError(
-        f"{len(dropped)} record(s) outside the offsets this segment's name allows ({allowed}), first at offset "
-        f"{r.offset}; not landed", source=path, position=r.position if r.position >= 0 else b.position,
-        kind="offset_out_of_range")
+        f"{dropped} record(s) outside the offsets this segment's name allows ({allowed}), first at offset "
+        f"{offset}; not landed", source=path,
+        position=position if position >= 0 else int(cols.positions[cols.batch[row]]), kind="offset_out_of_range")
 
 
-def _record_error(b: Batch, d: Decoded) -> str | None:
-    if not b.errors:
+def _record_error(problems: tuple[KraftDecodeError, ...], d: Decoded) -> str | None:
+    if not problems:
         return d.error
-    return "; ".join([e.reason for e in b.errors] + ([d.error] if d.error else []))
+    return "; ".join([e.reason for e in problems] + ([d.error] if d.error else []))
 
 
 def render(d: Decoded, redactor: Redactor) -> str | None:

@@ -101,19 +101,20 @@ class LogRead:
 _NULL_VALUE = Decoded(None, None, None, None, "error", "metadata record has a null value", 0)
 
 
+def decode_value(codec: MetadataCodec, control: bool, key: bytes | None, value: bytes | None) -> Decoded:
+    """The decoded value of a record of a control batch (``control``) or a metadata batch; never raises."""
+    if control:
+        return codec.decode_control(key, value)
+    return codec.decode_metadata(value) if value is not None else _NULL_VALUE
+
+
 def batch_decoder(codec: MetadataCodec) -> Callable[[Batch], None]:
     """A function that decodes every record value of a batch into ``record.decoded``."""
-    control = codec.decode_control
-    meta = codec.decode_metadata
 
     def decode(batch: Batch) -> None:
-        if batch.attributes & CONTROL_MASK:
-            for r in batch.records:
-                r.decoded = control(r.key, r.value)
-        else:
-            for r in batch.records:
-                value = r.value
-                r.decoded = meta(value) if value is not None else _NULL_VALUE
+        control = bool(batch.attributes & CONTROL_MASK)
+        for r in batch.records:
+            r.decoded = decode_value(codec, control, r.key, r.value)
 
     return decode
 

@@ -1,0 +1,165 @@
+"""The one canonical copy of each record among competing files of one cluster (no Spark).
+
+Several nodes hold copies of the same log (every controller replicates it) and of the same snapshots.
+The rules for the one copy that lands, per record key:
+
+* log records, key ``log_offset``: a copy from a batch with a valid CRC beats a corrupt one; then the
+  copy with the highest batch epoch wins (a later leader overwrote an uncommitted suffix); ties go to
+  the lowest node id (unknown last), then the file;
+* snapshot and bootstrap records, key (``snapshot_id``, ``snapshot_seq``): records are never mixed
+  across copies of a snapshot: one whole file wins (lowest node id, unknown last, then the file).
+
+Losing copies whose bytes differ are reported as divergence; identical copies (replicas) are not.
+``choose`` works on the narrow ``INDEX`` rows of the files (``FileIndexer``), column-wise in numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kraftlog.tables.definitions import catalog
+from kraftlog.tables.rows import INDEX, FileIndexer, FileRef, file_layout, project, render
+from kraftlog.wire.files import decode_value
+from kraftlog.wire.messages import default_codec
+from kraftlog.wire.redact import default_redactor
+
+NO_NODE = np.iinfo(np.int64).max  # unknown node ids sort last
+
+# what ``choose`` reports per losing copy: the divergence columns before its JSON is rendered, plus the
+# losing copy's raw key and value (and whether it is a control record) to render it from
+DIVERGENCE_SOURCE = pa.schema([
+    ("cluster_id", pa.string()), ("source", pa.string()), ("snapshot_id", pa.string()), ("log_offset", pa.int64()),
+    ("snapshot_seq", pa.int64()), ("reason", pa.string()),
+    ("winner_node_id", pa.int32()), ("winner_file", pa.string()), ("winner_batch_epoch", pa.int32()),
+    ("winner_value_hash", pa.int64()),
+    ("loser_node_id", pa.int32()), ("loser_file", pa.string()), ("loser_batch_epoch", pa.int32()),
+    ("loser_value_hash", pa.int64()), ("loser_record_type", pa.string()), ("loser_timestamp", INDEX.field(
+        "timestamp").type), ("loser_data_json", pa.string()), ("loser_key", pa.binary()),
+    ("loser_value", pa.binary()), ("loser_is_control", pa.bool_()), ("loser_api_key", pa.int16()),
+])
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The outcome for the files of one cluster.
+
+    ``keep``: per file id, the inclusive ranges of record positions (log offsets, or positions in a
+    snapshot) that land; ``divergence``: one ``DIVERGENCE_SOURCE`` row per losing copy that differs;
+    ``winners``: the ``INDEX`` rows of the winning copies.
+    """
+
+    keep: dict[int, list[tuple[int, int]]]
+    divergence: pa.Table
+    winners: pa.Table
+
+
+def choose(files: list[FileRef], indexer: FileIndexer | None = None) -> Choice:
+    """The canonical copy of every record of ``files`` (the competing files of one cluster)."""
+    indexer = indexer or FileIndexer()
+    index = pa.concat_tables([indexer.file_rows(f) for f in files]) if files else INDEX.empty_table()
+    n = index.num_rows
+    file_id = index["file_id"].to_numpy()
+    position = pc.coalesce(index["snapshot_seq"], index["log_offset"]).to_numpy()
+    node = pc.fill_null(index["node_id"].cast(pa.int64()), NO_NODE).to_numpy()
+    epoch = index["batch_epoch"].to_numpy()
+    value_hash = index["value_hash"].to_numpy()
+    snapshot = index["snapshot_id"].dictionary_encode()
+    snap_code = pc.fill_null(snapshot.combine_chunks().indices, -1).to_numpy().astype(np.int64)
+
+    winner = np.full(n, -1, np.int64)  # per row: the row of the winning copy of its key (-1: none)
+    log = np.flatnonzero(snap_code < 0)
+    if log.size:
+        order = log[np.lexsort((file_id[log], node[log], -epoch[log].astype(np.int64),
+                                ~index["crc_valid"].to_numpy(zero_copy_only=False)[log], position[log]))]
+        first = np.append(True, position[order][1:] != position[order][:-1])
+        winner[order] = order[first][np.cumsum(first) - 1]
+    snap = np.flatnonzero(snap_code >= 0)
+    if snap.size:
+        order = snap[np.lexsort((file_id[snap], node[snap], snap_code[snap]))]
+        first = np.append(True, snap_code[order][1:] != snap_code[order][:-1])
+        winning_file = dict(zip(snap_code[order[first]].tolist(), file_id[order[first]].tolist(), strict=True))
+        won = snap[file_id[snap] == np.asarray([winning_file[c] for c in snap_code[snap].tolist()], np.int64)]
+        key = (snap_code << 40) | position  # positions in a snapshot stay far below 2**40
+        won = won[np.argsort(key[won], kind="stable")]
+        at = np.clip(np.searchsorted(key[won], key[snap]), 0, won.size - 1)
+        winner[snap] = np.where(key[won][at] == key[snap], won[at], -1)
+    has_winner = winner >= 0
+    w = np.where(has_winner, winner, 0)
+    wins = has_winner & (file_id == file_id[w])
+    loses = ~wins & (~has_winner | (value_hash != value_hash[w]))
+    return Choice(_ranges(file_id[wins], position[wins]), _divergence(files, index, loses, w, has_winner),
+                  index.filter(pa.array(wins)))
+
+
+def _ranges(file_id: np.ndarray, position: np.ndarray) -> dict[int, list[tuple[int, int]]]:
+    """Contiguous runs of positions per file."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    if not file_id.size:
+        return out
+    order = np.lexsort((position, file_id))
+    f, p = file_id[order], position[order]
+    starts = np.flatnonzero(np.append(True, (f[1:] != f[:-1]) | (p[1:] - p[:-1] > 1)))
+    ends = np.append(starts[1:], f.size) - 1
+    for fid, lo, hi in zip(f[starts].tolist(), p[starts].tolist(), p[ends].tolist(), strict=True):
+        out.setdefault(fid, []).append((lo, hi))
+    return out
+
+
+def _divergence(files: list[FileRef], index: pa.Table, loses: np.ndarray, w: np.ndarray, has_winner: np.ndarray
+                ) -> pa.Table:
+    rows = np.flatnonzero(loses)
+    if not rows.size:
+        return DIVERGENCE_SOURCE.empty_table()
+    loser = index.take(pa.array(rows))
+    won = index.take(pa.array(w[rows]))
+    valid = pa.array(~has_winner[rows])  # as a mask: True where there is no winning copy
+    paths = {f.file_id: f.path for f in files}
+    sources = {f.file_id: file_layout(f.path)[2] for f in files}
+
+    def by_file(table: pa.Table, of: dict[int, str]) -> pa.Array:
+        return pa.array([of[i] for i in table["file_id"].to_pylist()], pa.string())
+
+    def winner_column(name: str) -> pa.Array:
+        column = won[name].combine_chunks()
+        return pc.if_else(valid, pa.nulls(len(column), column.type), column)
+
+    epoch = loser["batch_epoch"].to_numpy()
+    w_epoch = won["batch_epoch"].to_numpy()
+    reason = np.where(loser["snapshot_id"].is_valid().to_numpy(zero_copy_only=False), "snapshot_copy_differs",
+                      np.where(epoch < w_epoch, "lower_epoch", "same_epoch_conflict"))
+    columns = {
+        "cluster_id": loser["cluster_id"], "source": by_file(loser, sources), "snapshot_id": loser["snapshot_id"],
+        "log_offset": loser["log_offset"], "snapshot_seq": loser["snapshot_seq"], "reason": pa.array(reason),
+        "winner_node_id": winner_column("node_id"),
+        "winner_file": pc.if_else(valid, pa.nulls(len(rows), pa.string()), by_file(won, paths)),
+        "winner_batch_epoch": winner_column("batch_epoch"), "winner_value_hash": winner_column("value_hash"),
+        "loser_node_id": loser["node_id"], "loser_file": by_file(loser, paths),
+        "loser_batch_epoch": loser["batch_epoch"], "loser_value_hash": loser["value_hash"],
+        "loser_record_type": pa.nulls(len(rows), pa.string()), "loser_timestamp": loser["timestamp"],
+        "loser_data_json": pa.nulls(len(rows), pa.string()), "loser_key": loser["key"], "loser_value": loser["value"],
+        "loser_is_control": loser["is_control"], "loser_api_key": loser["api_key"],
+    }
+    return pa.table(columns, schema=DIVERGENCE_SOURCE)
+
+
+def render_divergence(rows: pa.RecordBatch | pa.Table, run_id: str) -> pa.Table:
+    """``divergence`` table rows from ``DIVERGENCE_SOURCE``-shaped rows: a losing copy's type and JSON
+    are rendered from its raw bytes where they are missing (it was not landed)."""
+    codec, redactor = default_codec(), default_redactor()
+    cols = [rows.column(n).to_pylist() for n in ("loser_data_json", "loser_record_type", "loser_key",
+                                                 "loser_value", "loser_is_control")]
+    data, types = [], []
+    for j, t, k, v, ctl in zip(*cols, strict=True):
+        if v is not None:
+            d = decode_value(codec, ctl, k, v)
+            j = j if j is not None else render(d, redactor)
+            t = t if t is not None else d.type
+        data.append(j)
+        types.append(t)
+    for name, values in (("loser_data_json", data), ("loser_record_type", types)):
+        rows = rows.set_column(rows.schema.get_field_index(name), name, pa.array(values, pa.string()))
+    return project(rows, catalog()["divergence"], run_id)

@@ -1,0 +1,94 @@
+"""The column-wise reader (``kraftlog.wire.columns``): the vectorized walk equals the reference walker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import CORPUS, SHARED, need
+from encoder import batch, control_key, record
+
+from kraftlog.wire.columns import LogColumns, read_columns
+
+NOOP = bytes([1, 20, 0, 0])
+LEADER = bytes.fromhex("0000000000010200000001000200000001000000")
+LONG = bytes([1, 2, 0]) + bytes(range(40))  # a value longer than 8 bytes (read through the dict)
+
+
+def _equal(a: LogColumns, b: LogColumns) -> None:
+    for name in ("positions", "crc_valid", "batch", "offset", "timestamp", "position"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert a.headers.tobytes() == b.headers.tobytes()
+    assert [e.describe() for e in a.errors] == [e.describe() for e in b.errors]
+    assert [[e.describe() for e in es] if es else None for es in a.batch_errors] == \
+        [[e.describe() for e in es] if es else None for es in b.batch_errors]
+    assert _values(a) == _values(b)
+
+
+def _values(c: LogColumns) -> list[tuple[object, ...]]:
+    """Each record's (control, key, value, problems), problems as text."""
+    return [(ctl, k, v, [e.describe() for e in p]) for ctl, k, v, p in (c.distinct[i] for i in c.code.tolist())]
+
+
+def _both(data: bytes) -> tuple[LogColumns, LogColumns]:
+    return read_columns(data, "f.log"), read_columns(data, "f.log", vectorized=False)
+
+
+def _well_formed() -> bytes:
+    """What real logs hold: one NoOp per batch, batches of many records, keys, nulls, log-append time."""
+    out = b"".join(batch(i, [record(0, NOOP, timestamp_delta=0)], epoch=2, base_timestamp=1_700_000_000_000 + i)
+                   for i in range(4))
+    out += batch(4, [record(i, LONG if i % 3 else NOOP, timestamp_delta=i * 5) for i in range(300)], epoch=3)
+    out += batch(304, [record(0, LEADER, key=control_key(2))], control=True, epoch=3)
+    out += batch(305, [record(0, None), record(1, b"", key=b"k"), record(2, bytes([1, 17, 0, 0, 0, 0, 0, 9]))],
+                 log_append_time=True, max_timestamp=1_800_000_000_000)
+    out += batch(308, [record(0, NOOP, timestamp_delta=1 << 40)], base_timestamp=5)  # a 6-byte varlong
+    return out
+
+
+def test_well_formed_files_are_walked_vectorized_and_equal_the_reference() -> None:
+    fast, ref = _both(_well_formed())
+    assert fast.vectorized and not ref.vectorized
+    _equal(fast, ref)
+    assert len(fast.offset) == 309 and fast.offset.tolist() == list(range(309))
+    assert fast.records_read.tolist() == [1, 1, 1, 1, 300, 1, 3, 1]
+    assert fast.timestamp[305:308].tolist() == [1_800_000_000_000] * 3
+    assert fast.distinct[fast.code[305]][2] is None and fast.distinct[fast.code[306]][1] == b"k"
+    assert len({fast.code[i] for i in range(4)}) == 1  # the NoOps share one entry
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bad_crc", "compressed", "record_headers", "short_records",
+                                    "extra_bytes", "bad_magic", "empty_batch"])
+def test_irregular_files_go_through_the_reference_walker(damage: str) -> None:
+    good = batch(0, [record(0, NOOP)]) + batch(1, [record(0, LONG), record(1, NOOP)])
+    one = batch(3, [record(0, NOOP)])
+    data = {
+        "truncated": good[:-5],
+        "bad_crc": good[:-1] + bytes([good[-1] ^ 1]),
+        "compressed": good + batch(3, [record(0, NOOP)], codec=1),
+        "record_headers": good + batch(3, [record(0, NOOP, headers=[("h", b"v")])]),
+        "short_records": good + one[:57] + (2).to_bytes(4, "big") + one[61:],  # declares 2 records, holds 1
+        "extra_bytes": good + b"\x00" * 7,
+        "bad_magic": good[:16] + b"\x01" + good[17:],
+        "empty_batch": good + batch(3, []),
+    }[damage]
+    fast, ref = _both(data)
+    _equal(fast, ref)
+    if damage != "empty_batch":
+        assert not fast.vectorized
+
+
+@pytest.mark.slow
+def test_every_corpus_and_scenario_file_reads_the_same_both_ways() -> None:
+    from kraftlog.wire.discover import log_files
+
+    files = list(log_files([need(CORPUS), need(SHARED / "scenarios")]))
+    assert len(files) > 400
+    vectorized = 0
+    for path, _ in files:
+        data = Path(path).read_bytes()
+        fast, ref = read_columns(data, str(path)), read_columns(data, str(path), vectorized=False)
+        _equal(fast, ref)
+        vectorized += fast.vectorized
+    assert vectorized >= len(files) * 0.9  # real logs are well-formed: nearly all take the vectorized walk
