@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
@@ -187,7 +188,7 @@ class Choices:
 class ClusterBuffer:
     """Collects files until all of a cluster's files (``expected`` of each) are there."""
 
-    def __init__(self, expected: dict[str, int]):
+    def __init__(self, expected: Mapping[str, int]):
         self.expected = expected
         self.pending: dict[str, list[FileRef]] = {}
 
@@ -202,13 +203,6 @@ class ClusterBuffer:
         """Clusters still incomplete (a file vanished since the listing): what there is of them."""
         out, self.pending = list(self.pending.values()), {}
         return out
-
-
-def _counts(clusters: Iterable[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in clusters:
-        out[c] = out.get(c, 0) + 1
-    return out
 
 
 def cluster_contents(spark: SparkSession, files: dict[str, str], sizes: dict[str, int]) -> DataFrame:
@@ -246,7 +240,7 @@ def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity,
     from kraftlog.spark.store import write_parquet
     from kraftlog.tables.copies import choose
 
-    expected = _counts(ident.cluster_id for ident, _ in identities.values())
+    expected = Counter(ident.cluster_id for ident, _ in identities.values())
 
     def decide(files: list[FileRef]) -> pa.RecordBatch:
         choice = choose(files)
@@ -298,7 +292,7 @@ class LandRouter:
                  together: dict[str, str] | None = None):
         self.identities, self.keep, self.run_id = identities, keep, run_id
         self.together = together or {}
-        self._buffer = ClusterBuffer(_counts(self.together.values()))
+        self._buffer = ClusterBuffer(Counter(self.together.values()))
         self._lander: FileLander | None = None
 
     @property

@@ -163,21 +163,6 @@ class FileIndexer:
     def __init__(self) -> None:
         self.hash = _Hasher()
 
-    def index(self, files: Iterable[FileRef], rows_per_table: int = 1 << 18) -> Iterator[pa.Table]:
-        """INDEX tables for ``files``, each of about ``rows_per_table`` rows (bounded memory)."""
-        tables: list[pa.Table] = []
-        rows = 0
-        for f in files:
-            with paused_gc():
-                table = self.file_rows(f)
-            tables.append(table)
-            rows += table.num_rows
-            if rows >= rows_per_table:
-                yield pa.concat_tables(tables)
-                tables, rows = [], 0
-        if rows:
-            yield pa.concat_tables(tables)
-
     def file_rows(self, f: FileRef) -> pa.Table:
         """The INDEX rows of one file."""
         _, snap, _, snap_offset = file_layout(f.path)
