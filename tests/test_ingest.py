@@ -424,3 +424,30 @@ def test_meta_properties_read_on_the_executors_equal_the_local_read(spark: Any, 
     assert {p: (m.cluster_id, m.node_id, m.directory_id, m.version) for p, m in local.items()} == \
         {p: (m.cluster_id, m.node_id, m.directory_id, m.version) for p, m in remote.items()} == \
         {paths[0]: ("c-1", 1, "d1", 1), paths[1]: ("c-2", 2, "d2", 1)}
+
+
+def test_each_cluster_is_read_whole_by_one_task_without_a_shuffle(spark: Any, tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from kraftlog.spark.decode import cluster_contents, whole_clusters
+
+    files, sizes = {}, {}
+    for c in range(5):
+        for n in range(3):
+            f = tmp_path / f"c{c}-n{n}.log"
+            f.write_bytes(bytes(100 * (c + 1)))
+            files[f"file:{f}"], sizes[f"file:{f}"] = f"cluster-{c}", f.stat().st_size
+
+    def paths(batches: Any) -> Any:
+        seen = [p for b in batches for p in b.column("path").to_pylist()]
+        yield pa.RecordBatch.from_pylist([{"paths": seen}])
+
+    df = cluster_contents(spark, files, sizes)
+    assert "Exchange" not in df._jdf.queryExecution().executedPlan().toString()
+    with whole_clusters(spark):
+        parts = [r["paths"] for r in df.mapInArrow(paths, "paths array<string>").collect()]
+    assert len(parts) == spark.sparkContext.defaultParallelism  # one group per core here
+    assert sorted(p for part in parts for p in part) == sorted(files)
+    for part in parts:  # every cluster in a task has all its files there
+        clusters = {files[p] for p in part}
+        assert sum(1 for p in files if files[p] in clusters) == len(part)

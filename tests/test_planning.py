@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kraftlog.planning import MAX_OFFSET, Landed, ListedFile, PlannedFile, plan_by_name, plan_files
+from kraftlog.planning import MAX_OFFSET, Landed, ListedFile, PlannedFile, pack, plan_by_name, plan_files
 from kraftlog.tables.rows import ALL, KeepSpec
 from kraftlog.wire.files import FileInfo, classify
 
@@ -109,3 +109,12 @@ def test_a_repeated_or_landed_snapshot_needs_its_headers() -> None:
 def test_clusters_are_planned_independently() -> None:
     keep = plan_by_name([listed(SEG0), listed(SEG100), listed("m/00000000000000000000.log", "other", "m")], {}, {})
     assert list(keep) == ["m/00000000000000000000.log"]
+
+
+def test_clusters_are_packed_into_groups_of_about_equal_bytes() -> None:
+    sizes = {"a": 90, "b": 60, "c": 50, "d": 40, "e": 30, "f": 10}
+    groups = pack(sizes, 2)
+    assert sorted(k for g in groups for k in g) == sorted(sizes)
+    assert sorted(sum(sizes[k] for k in g) for g in groups) == [140, 140]
+    assert pack({"a": 5}, 4) == [["a"]]  # no empty groups
+    assert pack({}, 3) == []
