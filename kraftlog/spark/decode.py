@@ -323,7 +323,8 @@ class LandRouter:
         choice = choose(files)
         if choice.divergence.num_rows:
             yield {"divergence": render_divergence(choice.divergence, self.run_id)}
-        yield from self.lander.feed((f, KeepSpec(tuple(choice.keep.get(f.file_id, ())))) for f in files)
+        yield from self.lander.feed(((f, KeepSpec(tuple(choice.keep.get(f.file_id, ())))) for f in files),
+                                    columns=choice.columns)
 
 
 # -- SQL functions -----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from kraftlog.tables.definitions import catalog
 from kraftlog.tables.rows import INDEX, FileIndexer, FileRef, file_layout, project, render
+from kraftlog.wire.columns import LogColumns, read_columns
 from kraftlog.wire.files import decode_value
 from kraftlog.wire.messages import default_codec
 from kraftlog.wire.redact import default_redactor
@@ -49,18 +50,22 @@ class Choice:
 
     ``keep``: per file id, the inclusive ranges of record positions (log offsets, or positions in a
     snapshot) that land; ``divergence``: one ``DIVERGENCE_SOURCE`` row per losing copy that differs;
-    ``winners``: the ``INDEX`` rows of the winning copies.
+    ``winners``: the ``INDEX`` rows of the winning copies; ``columns``: each file as read, by file id
+    (for the land pass, which need not read them again).
     """
 
     keep: dict[int, list[tuple[int, int]]]
     divergence: pa.Table
     winners: pa.Table
+    columns: dict[int, LogColumns]
 
 
 def choose(files: list[FileRef], indexer: FileIndexer | None = None) -> Choice:
     """The canonical copy of every record of ``files`` (the competing files of one cluster)."""
     indexer = indexer or FileIndexer()
-    index = pa.concat_tables([indexer.file_rows(f) for f in files]) if files else INDEX.empty_table()
+    columns = {f.file_id: read_columns(f.content, f.path) for f in files}
+    index = pa.concat_tables([indexer.file_rows(f, columns[f.file_id]) for f in files]) if files \
+        else INDEX.empty_table()
     n = index.num_rows
     file_id = index["file_id"].to_numpy()
     position = pc.coalesce(index["snapshot_seq"], index["log_offset"]).to_numpy()
@@ -92,7 +97,7 @@ def choose(files: list[FileRef], indexer: FileIndexer | None = None) -> Choice:
     wins = has_winner & (file_id == file_id[w])
     loses = ~wins & (~has_winner | (value_hash != value_hash[w]))
     return Choice(_ranges(file_id[wins], position[wins]), _divergence(files, index, loses, w, has_winner),
-                  index.filter(pa.array(wins)))
+                  index.filter(pa.array(wins)), columns)
 
 
 def _ranges(file_id: np.ndarray, position: np.ndarray) -> dict[int, list[tuple[int, int]]]:

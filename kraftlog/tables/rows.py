@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import resource
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -163,10 +163,10 @@ class FileIndexer:
     def __init__(self) -> None:
         self.hash = _Hasher()
 
-    def file_rows(self, f: FileRef) -> pa.Table:
-        """The INDEX rows of one file."""
+    def file_rows(self, f: FileRef, cols: LogColumns | None = None) -> pa.Table:
+        """The INDEX rows of one file (``cols``: the file already read column-wise)."""
         _, snap, _, snap_offset = file_layout(f.path)
-        cols = read_columns(f.content, f.path)
+        cols = cols or read_columns(f.content, f.path)
         n = len(cols.offset)
         log_offset, seq = _log_position(cols.offset, snap_offset)
         distinct = cols.distinct
@@ -266,15 +266,19 @@ class FileLander:
         yield from self.feed(files, rows_per_chunk)
         yield from self.flush()
 
-    def feed(self, files: Iterable[tuple[FileRef, KeepSpec]], rows_per_chunk: int = 1 << 17
-             ) -> Iterator[dict[str, pa.Table]]:
-        """Like ``land``, but rows short of a full chunk wait for the next ``feed`` or ``flush``."""
+    def feed(self, files: Iterable[tuple[FileRef, KeepSpec]], rows_per_chunk: int = 1 << 17,
+             columns: Mapping[int, LogColumns] | None = None) -> Iterator[dict[str, pa.Table]]:
+        """Like ``land``, but rows short of a full chunk wait for the next ``feed`` or ``flush``.
+
+        ``columns``: files already read column-wise, by file id (they are not read again).
+        """
         for ref, keep in files:
             content_sha256 = hashlib.sha256(ref.content).hexdigest()
             if keep.sha256 is not None and content_sha256 != keep.sha256:
                 continue  # changed since the plan: the next run takes it
+            cols = (columns or {}).get(ref.file_id) or read_columns(ref.content, ref.path)
             with paused_gc():
-                self._file(ref, keep, content_sha256, self._chunk)
+                self._file(ref, keep, content_sha256, cols, self._chunk)
             if self._chunk.rows >= rows_per_chunk:
                 yield from self.flush()
 
@@ -284,10 +288,9 @@ class FileLander:
         if chunk.files:
             yield self._tables(chunk)
 
-    def _file(self, ref: FileRef, keep: KeepSpec, content_sha256: str, ch: _Chunk) -> None:
+    def _file(self, ref: FileRef, keep: KeepSpec, content_sha256: str, cols: LogColumns, ch: _Chunk) -> None:
         info, snap, source, snap_offset = file_layout(ref.path)
         ident = ref.identity
-        cols = read_columns(ref.content, ref.path)
         errors = list(cols.errors)
         kept = keep.mask(cols.offset)
         if keep.strict and not kept.all():
