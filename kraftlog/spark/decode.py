@@ -246,13 +246,14 @@ def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity,
         choice = choose(files)
         if choice.divergence.num_rows:
             write_parquet("divergence", dest + "/divergence", choice.divergence)
-        if choice.winners.num_rows:
-            write_parquet("index", dest + "/index", choice.winners)
+        winners = choice.winners
+        if winners.num_rows:
+            write_parquet("index", dest + "/index", winners)
         rows: list[dict[str, Any]] = [
             {"file_id": f.file_id, "sha256": hashlib.sha256(f.content).hexdigest(),
              "lo": [lo for lo, _ in choice.keep.get(f.file_id, ())],
              "hi": [hi for _, hi in choice.keep.get(f.file_id, ())], "divergent": 0, "winners": 0} for f in files]
-        rows.append({"divergent": choice.divergence.num_rows, "winners": choice.winners.num_rows})
+        rows.append({"divergent": choice.divergence.num_rows, "winners": winners.num_rows})
         return pa.RecordBatch.from_pylist(rows, CHOICE)
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -338,13 +339,13 @@ DECODE_RESULT = T.StructType([
 
 def _decode_value(value: bytes | None, key: bytes | None = None, control: bool = False) -> dict[str, Any] | None:
     from kraftlog.tables.rows import render
+    from kraftlog.wire.files import decode_value
     from kraftlog.wire.messages import default_codec
     from kraftlog.wire.redact import default_redactor
 
     if value is None and not control:
         return None
-    codec = default_codec()
-    d = codec.decode_control(key, value) if control else codec.decode_metadata(value)  # type: ignore[arg-type]
+    d = decode_value(default_codec(), control, key, value)
     return {"api_key": d.api_key, "type": d.type, "version": d.version, "status": d.status, "error": d.error,
             "data_json": render(d, default_redactor())}
 

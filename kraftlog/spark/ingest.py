@@ -119,7 +119,7 @@ def ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableS
     result.recovered = [m.run_id for m in store.recover()]
     result.phase("setup")
 
-    # discover: directory listings (metadata only); meta.properties parsed on the executors
+    # discover: directory listings (metadata only) and the identities in meta.properties
     dirs = scan([qualify(spark, p) for p in inputs], spark_lister(spark))
     metas = read_meta_properties(spark, [dd.meta_properties.path for dd in dirs if dd.meta_properties])
     inventory: dict[str, _File] = {}

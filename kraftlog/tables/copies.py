@@ -30,18 +30,11 @@ from kraftlog.wire.redact import default_redactor
 
 NO_NODE = np.iinfo(np.int64).max  # unknown node ids sort last
 
-# what ``choose`` reports per losing copy: the divergence columns before its JSON is rendered, plus the
-# losing copy's raw key and value (and whether it is a control record) to render it from
-DIVERGENCE_SOURCE = pa.schema([
-    ("cluster_id", pa.string()), ("source", pa.string()), ("snapshot_id", pa.string()), ("log_offset", pa.int64()),
-    ("snapshot_seq", pa.int64()), ("reason", pa.string()),
-    ("winner_node_id", pa.int32()), ("winner_file", pa.string()), ("winner_batch_epoch", pa.int32()),
-    ("winner_value_hash", pa.int64()),
-    ("loser_node_id", pa.int32()), ("loser_file", pa.string()), ("loser_batch_epoch", pa.int32()),
-    ("loser_value_hash", pa.int64()), ("loser_record_type", pa.string()), ("loser_timestamp", INDEX.field(
-        "timestamp").type), ("loser_data_json", pa.string()), ("loser_key", pa.binary()),
-    ("loser_value", pa.binary()), ("loser_is_control", pa.bool_()), ("loser_api_key", pa.int16()),
-])
+# what ``choose`` reports per losing copy: the divergence table's columns (its JSON not yet rendered),
+# plus the losing copy's raw key and value, and whether it is a control record, to render it from
+DIVERGENCE_SOURCE = pa.schema(
+    [f for f in catalog()["divergence"].schema if f.name != "run_id"]
+    + [pa.field(f"loser_{f.name}", f.type) for f in INDEX if f.name in ("key", "value", "is_control", "api_key")])
 
 
 @dataclass(frozen=True)
@@ -50,14 +43,20 @@ class Choice:
 
     ``keep``: per file id, the inclusive ranges of record positions (log offsets, or positions in a
     snapshot) that land; ``divergence``: one ``DIVERGENCE_SOURCE`` row per losing copy that differs;
-    ``winners``: the ``INDEX`` rows of the winning copies; ``columns``: each file as read, by file id
-    (for the land pass, which need not read them again).
+    ``columns``: each file as read, by file id (for the land pass, which need not read them again);
+    ``index``: the files' ``INDEX`` rows, ``wins`` marks the winning copies among them.
     """
 
     keep: dict[int, list[tuple[int, int]]]
     divergence: pa.Table
-    winners: pa.Table
     columns: dict[int, LogColumns]
+    index: pa.Table
+    wins: np.ndarray
+
+    @property
+    def winners(self) -> pa.Table:
+        """The ``INDEX`` rows of the winning copies (built when asked: the land pass does not)."""
+        return self.index.filter(pa.array(self.wins))
 
 
 def choose(files: list[FileRef], indexer: FileIndexer | None = None) -> Choice:
@@ -97,7 +96,7 @@ def choose(files: list[FileRef], indexer: FileIndexer | None = None) -> Choice:
     wins = has_winner & (file_id == file_id[w])
     loses = ~wins & (~has_winner | (value_hash != value_hash[w]))
     return Choice(_ranges(file_id[wins], position[wins]), _divergence(files, index, loses, w, has_winner),
-                  index.filter(pa.array(wins)), columns)
+                  columns, index, wins)
 
 
 def _ranges(file_id: np.ndarray, position: np.ndarray) -> dict[int, list[tuple[int, int]]]:

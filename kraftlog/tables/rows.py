@@ -38,7 +38,7 @@ from kraftlog.wire.batches import (
     iter_batches,
 )
 from kraftlog.wire.codegen import UNKNOWN_TAGS
-from kraftlog.wire.columns import LogColumns, Value, read_columns
+from kraftlog.wire.columns import DistinctValues, LogColumns, Value, read_columns
 from kraftlog.wire.compression import CODEC_NAMES
 from kraftlog.wire.errors import KraftDecodeError
 from kraftlog.wire.files import BOOTSTRAP, SEGMENT, FileInfo, classify, decode_value, paused_gc
@@ -109,10 +109,6 @@ class _Hasher:
                 h = self.small[value] = value_hash(key, value)
             return h
         return value_hash(key, value)
-
-
-def _arrow(cols: dict[str, list[Any]], schema: pa.Schema) -> pa.Table:
-    return pa.table({f.name: pa.array(cols[f.name], f.type) for f in schema}, schema=schema)
 
 
 # -- pass 0: headers ---------------------------------------------------------------------------------
@@ -227,7 +223,7 @@ class KeepSpec:
     strict: bool = False
 
     def keeps(self, offset: int) -> bool:
-        return any(lo <= offset <= hi for lo, hi in self.ranges)
+        return bool(self.mask(np.asarray([offset], np.int64))[0])
 
     def mask(self, offsets: np.ndarray) -> np.ndarray:
         """Which of ``offsets`` land."""
@@ -294,7 +290,7 @@ class FileLander:
         errors = list(cols.errors)
         kept = keep.mask(cols.offset)
         if keep.strict and not kept.all():
-            errors.append(_outside(ref.path, keep, cols, int(np.argmin(kept))))
+            errors.append(_outside(ref.path, keep, cols, kept))
         new_batches = cols.positions >= keep.min_batch_position
         if keep.landed_batches:
             new_batches &= [(p, c) not in keep.landed_batches
@@ -320,19 +316,16 @@ class FileLander:
 
     def _derived(self, ch: _Chunk, v: Value) -> int:
         """The chunk's derived entry of a distinct value (records of a corrupt batch get their own)."""
-        if v[3]:
-            return ch.derived.add(self._derive(v))
-        i = ch.memo.get(v)
-        if i is None:
-            i = ch.memo[v] = ch.derived.add(self._derive(v))
+        i = ch.values.code(v)
+        if i == len(ch.derived.decoded):  # a value new to the chunk
+            ch.derived.add(self._derive(v))
         return i
 
     def _metadata_version(self, ch: _Chunk, derived: np.ndarray, code: np.ndarray) -> str | None:
         """The metadata.version the file's last FeatureLevelRecord for it sets (None if it has none)."""
         is_control = ch.derived.columns[0]  # _DERIVED starts with is_control
         levels = [_metadata_level(ch.derived.decoded[i], is_control[i]) for i in derived.tolist()]
-        has = np.asarray([lv is not None for lv in levels], np.bool_)
-        rows = np.flatnonzero(has[code]) if has.any() else np.empty(0, np.int64)
+        rows = np.flatnonzero(np.asarray([lv is not None for lv in levels], np.bool_)[code])
         if not rows.size:
             return None
         level = levels[code[rows[-1]]]
@@ -423,7 +416,7 @@ class _Chunk:
         self.rec: dict[str, list[np.ndarray]] = {n: [] for n in (
             "log_offset", "snapshot_seq", "seq_valid", "batch_epoch", "timestamp", "batch_base_offset",
             "file_position", "derived")}
-        self.memo: dict[Value, int] = {}
+        self.values = DistinctValues()  # the chunk's values; entry i is derived as ``derived`` entry i
         self.derived = _Derived()
         self.headers: list[np.ndarray] = []
         self.positions: list[np.ndarray] = []
@@ -563,10 +556,11 @@ TYPED_PROVENANCE = ("cluster_id", "source", "snapshot_id", "log_offset", "snapsh
                     "timestamp", "node_id", "record_version")
 
 
-def _outside(path: str, keep: KeepSpec, cols: LogColumns, row: int) -> KraftDecodeError:
+def _outside(path: str, keep: KeepSpec, cols: LogColumns, kept: np.ndarray) -> KraftDecodeError:
     """The problem of records a segment holds outside the offsets its name allows (they are not landed);
-    ``row``: the first such record."""
-    dropped = int((~keep.mask(cols.offset)).sum())
+    ``kept``: which records it lands."""
+    dropped = int((~kept).sum())
+    row = int(np.argmin(kept))  # the first record left out
     offset, position = int(cols.offset[row]), int(cols.position[row])
     lo, hi = keep.ranges[0] if keep.ranges else ALL
     allowed = f"{lo}..{hi}" if hi < ALL[1] else f"{lo} and above"

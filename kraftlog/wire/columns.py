@@ -29,6 +29,7 @@ from kraftlog.wire.batches import (
     iter_batches,
 )
 from kraftlog.wire.errors import KraftDecodeError
+from kraftlog.wire.files import collect
 from kraftlog.wire.varint import read_varint
 
 # batch header fields as they sit in the file (big-endian, packed): see ``kraftlog.wire.batches``
@@ -96,37 +97,39 @@ def read_columns(data: bytes, source: str = "", *, vectorized: bool = True) -> L
 
 # -- the reference walker's batches, as columns -----------------------------------------------------
 
+class DistinctValues:
+    """Distinct record values in order of first use, each with its entry number (``code``)."""
+
+    def __init__(self) -> None:
+        self.values: list[Value] = []
+        self._index: dict[Value, int] = {}
+
+    def code(self, v: Value) -> int:
+        """The entry of ``v``; records of a corrupt batch are never shared with a good copy: own entry."""
+        c = None if v[3] else self._index.get(v)
+        if c is None:
+            c = len(self.values)
+            self.values.append(v)
+            if not v[3]:
+                self._index[v] = c
+        return c
+
+
 def _from_batches(data: bytes, source: str) -> LogColumns:
     batches: list[Batch] = []
     errors: list[KraftDecodeError] = []
-    for item in iter_batches(data, source):
-        if isinstance(item, Batch):
-            batches.append(item)
-            errors.extend(item.errors)
-        else:
-            errors.append(item)
+    collect(iter_batches(data, source), batches, errors)
     pairs = [(i, b, r) for i, b in enumerate(batches) for r in b.records]
-    index: dict[Value, int] = {}
-    distinct: list[Value] = []
-    codes = []
-    for _, b, r in pairs:
-        v = (bool(b.attributes & CONTROL_MASK), r.key, r.value, b.errors)
-        if b.errors:  # records of a corrupt batch are never shared with a good copy
-            codes.append(len(distinct))
-            distinct.append(v)
-            continue
-        c = index.get(v)
-        if c is None:
-            c = index[v] = len(distinct)
-            distinct.append(v)
-        codes.append(c)
+    distinct = DistinctValues()
+    codes = [distinct.code((bool(b.attributes & CONTROL_MASK), r.key, r.value, b.errors)) for _, b, r in pairs]
     positions = [b.position for b in batches]
     return LogColumns(
         np.asarray(positions, np.int64), batch_headers(data, positions),
         np.asarray([b.crc_valid for b in batches], np.bool_), [list(b.errors) or None for b in batches], errors,
         np.asarray([i for i, _, _ in pairs], np.int64), np.asarray([r.offset for _, _, r in pairs], np.int64),
         np.asarray([r.timestamp for _, _, r in pairs], np.int64),
-        np.asarray([r.position for _, _, r in pairs], np.int64), np.asarray(codes, np.int64), distinct, False)
+        np.asarray([r.position for _, _, r in pairs], np.int64), np.asarray(codes, np.int64), distinct.values,
+        False)
 
 
 # -- the vectorized walk of well-formed files -------------------------------------------------------
@@ -293,9 +296,8 @@ def _distinct(data: bytes, buf: np.ndarray, control: np.ndarray, key_at: np.ndar
     Key-less values of up to 8 bytes (NoOps and other empty bodies) are grouped by their bytes in numpy;
     the others through a dict of their bytes.
     """
-    n = len(control)
-    code = np.empty(n, np.int64)
-    distinct: list[Value] = []
+    code = np.empty(len(control), np.int64)
+    distinct = DistinctValues()
     small = (key_len < 0) & (value_len <= 8)
     rows = np.flatnonzero(small)
     if rows.size:
@@ -311,20 +313,13 @@ def _distinct(data: bytes, buf: np.ndarray, control: np.ndarray, key_at: np.ndar
         for g in np.argsort(first, kind="stable").tolist():  # distinct entries in order of first use
             r = int(rows[first[g]])
             at, length = int(value_at[r]), int(value_len[r])
-            entry[g] = len(distinct)
-            distinct.append((bool(control[r]), None, None if length < 0 else data[at:at + length], ()))
+            entry[g] = distinct.code((bool(control[r]), None, None if length < 0 else data[at:at + length], ()))
         code[rows] = entry[inverse.ravel()]
     other = np.flatnonzero(~small)
     if other.size:
-        index: dict[Value, int] = {}
-        out = []
-        for ctl, ka, kl, va, vl in zip(control[other].tolist(), key_at[other].tolist(), key_len[other].tolist(),
-                                       value_at[other].tolist(), value_len[other].tolist(), strict=True):
-            v = (ctl, data[ka:ka + kl] if kl >= 0 else None, data[va:va + vl] if vl >= 0 else None, ())
-            c = index.get(v)
-            if c is None:
-                c = index[v] = len(distinct)
-                distinct.append(v)
-            out.append(c)
-        code[other] = out
-    return code, distinct
+        code[other] = [distinct.code((ctl, data[ka:ka + kl] if kl >= 0 else None,
+                                      data[va:va + vl] if vl >= 0 else None, ()))
+                       for ctl, ka, kl, va, vl in zip(control[other].tolist(), key_at[other].tolist(),
+                                                      key_len[other].tolist(), value_at[other].tolist(),
+                                                      value_len[other].tolist(), strict=True)]
+    return code, distinct.values

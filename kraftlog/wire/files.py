@@ -130,7 +130,7 @@ def read_log(data: bytes, source: str = "", codec: MetadataCodec | None = None) 
     out = LogRead(source, classify(source) if source else None, len(data))
     batches, errors = out.batches, out.errors
     with paused_gc():
-        _collect(iter_log(data, source, codec), batches, errors)
+        collect(iter_log(data, source, codec), batches, errors)
     return out
 
 
@@ -146,8 +146,9 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _collect(items: Iterator[Batch | KraftDecodeError], batches: list[Batch],
-             errors: list[KraftDecodeError]) -> None:
+def collect(items: Iterator[Batch | KraftDecodeError], batches: list[Batch],
+            errors: list[KraftDecodeError]) -> None:
+    """Put the batches of ``items`` into ``batches`` and every problem, framing or in a batch, into ``errors``."""
     for item in items:
         if isinstance(item, Batch):
             batches.append(item)
