@@ -2,11 +2,12 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+DIST   ?= dist
 STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup test test-fast run bench lint clean
+.PHONY: setup test test-fast run bench lint dist clean
 
 setup: $(STAMP)
 
@@ -38,9 +39,20 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_ingest.py --json out/bench-ingest.json
 	$(BIN)/python benchmarks/bench_history.py --json out/bench-history.json
 
+## what a Spark cluster needs: the wheel, and a packed Python environment (kraftlog and its native
+## dependencies, pyspark excluded: Spark ships its own to the workers) for spark-submit --archives
+dist: $(STAMP)
+	rm -rf $(DIST)
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir $(DIST) .
+	$(PYTHON) -m venv $(DIST)/env
+	$(DIST)/env/bin/python -m pip install --quiet "$$(ls $(DIST)/kraftlog-*.whl)[cluster]"
+	$(BIN)/venv-pack --quiet --prefix $(DIST)/env --output $(DIST)/kraftlog-env.tar.gz
+	rm -rf $(DIST)/env
+	@ls -l $(DIST)
+
 lint: $(STAMP)
 	$(BIN)/ruff check kraftlog jobs tests benchmarks
 	$(BIN)/mypy
 
 clean:
-	rm -rf out warehouse spark-warehouse .pytest_cache .mypy_cache .ruff_cache
+	rm -rf out warehouse spark-warehouse dist build .pytest_cache .mypy_cache .ruff_cache

@@ -1,6 +1,6 @@
 """spark-submit entry point: build the event tables (leader_elections, isr_changes, ...) from the histories.
 
-    spark-submit --py-files kraftlog.zip jobs/analytics.py --conf conf/cluster.toml [--cluster ID ...]
+    spark-submit ... jobs/analytics.py --profile conf/cluster.toml [--cluster ID ...]
 
 Run after ``jobs/reconstruct.py``; each event table is replaced in one commit (only the given
 clusters' rows with ``--cluster``).

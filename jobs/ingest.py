@@ -1,8 +1,9 @@
 """spark-submit entry point: land KRaft metadata logs in Delta tables.
 
-    spark-submit --py-files kraftlog.zip jobs/ingest.py --conf conf/cluster.toml s3a://kafka-archive/
+    spark-submit ... jobs/ingest.py --profile conf/cluster.toml s3://kafka-archive/
 
-Arguments: input roots (local paths or any file system Spark reads; also comma separated), ``--conf`` a TOML profile
+Arguments: input roots (local paths or URIs: s3://, gs://, abfss://, hdfs://; also comma separated), ``--profile``
+a TOML profile
 (default: the embedded local profile), ``--warehouse`` to override where the tables go.
 Prints the one-line run summary; exits non-zero if the run failed.
 """

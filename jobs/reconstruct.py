@@ -1,6 +1,6 @@
 """spark-submit entry point: build the entity histories (``<kind>_history`` tables) from the landed tables.
 
-    spark-submit --py-files kraftlog.zip jobs/reconstruct.py --conf conf/cluster.toml [--verify]
+    spark-submit ... jobs/reconstruct.py --profile conf/cluster.toml [--verify]
 
 ``--cluster`` (repeatable) limits the build to some clusters; ``--verify`` then checks the histories
 against every snapshot they reach and exits 1 when any differs (a data-quality gate for schedulers).

@@ -60,18 +60,30 @@ def _one_cluster(paths: tuple[Path, ...], cluster: str | None, redact: bool):  #
     return clusters[0]
 
 
+_PROFILE = click.option("--profile", "conf_file", type=click.Path(exists=True, dir_okay=False),
+                        help="TOML profile (conf/local.toml, conf/cluster.toml); default: the embedded local profile.")
+
 _POINT = "an offset, an ISO-8601 time (2026-11-21T03:14:00Z) or ms:<epoch millis>"
 
 
 def _spark_store(warehouse: str | None, conf_file: str | None):  # type: ignore[no-untyped-def]
     """(session, store, config) for the warehouse of the profile (or ``warehouse``)."""
-    from kraftlog.config import Config
     from kraftlog.spark.session import build_session
-    from kraftlog.spark.store import open_store
+    from kraftlog.spark.store import store_for
 
-    config = Config.load(conf_file, **({"warehouse": {"path": warehouse}} if warehouse else {}))
+    config = _config(warehouse, conf_file)
     spark = build_session(config)
-    return spark, open_store(spark, config.warehouse, config.writer), config
+    return spark, store_for(spark, config), config
+
+
+def _config(warehouse: str | None, conf_file: str | None):  # type: ignore[no-untyped-def]
+    """The profile (or the embedded default) with ``--warehouse`` over it."""
+    from kraftlog.config import Config, ProfileError
+
+    try:
+        return Config.load(conf_file, **({"warehouse": {"path": warehouse}} if warehouse else {}))
+    except ProfileError as e:
+        raise click.ClickException(str(e)) from e
 
 
 class _States:
@@ -124,7 +136,7 @@ def _choose(known: list[str], cluster: str | None) -> str:
 _SOURCES = [
     click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path)),
     click.option("--warehouse", help="Read the entity histories of this warehouse (Spark) instead of PATHS."),
-    click.option("--conf", "conf_file", type=click.Path(exists=True, dir_okay=False), help="TOML profile."),
+    _PROFILE,
     click.option("--cluster", help="Cluster id, when there are several."),
 ]
 
@@ -178,7 +190,7 @@ def _build_command(f):  # type: ignore[no-untyped-def]
     """The options of the table-building commands (reconstruct, analyze)."""
     for decorator in reversed([
         click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse)."),
-        click.option("--conf", "conf_file", type=click.Path(exists=True, dir_okay=False), help="TOML profile."),
+        _PROFILE,
         click.option("--cluster", "clusters", multiple=True, help="Only these clusters (default: all)."),
     ]):
         f = decorator(f)
@@ -190,10 +202,12 @@ def _build(run, warehouse: str | None, conf_file: str | None, clusters: tuple[st
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    from kraftlog.lease import WarehouseBusy
+
     spark, store, config = _spark_store(warehouse, conf_file)
     try:
         click.echo(run(spark, config, store, list(clusters) or None).line())
-    except LookupError as e:
+    except (LookupError, WarehouseBusy) as e:
         raise click.ClickException(str(e)) from e
 
 
@@ -221,20 +235,21 @@ def analyze(warehouse: str | None, conf_file: str | None, clusters: tuple[str, .
 
 @main.command()
 @click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse).")
-@click.option("--conf", "conf_file", type=click.Path(exists=True, dir_okay=False), help="TOML profile.")
+@_PROFILE
 @click.option("--cluster", help="Cluster id, when there are several.")
 @click.option("--from", "start", help="Start of the period (ISO-8601 time or ms:<epoch millis>). Default: the start.")
 @click.option("--to", "end", help="End of the period. Default: the end of the log.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="HTML file to write "
+@click.option("--out", help="HTML file to write: a path or a URI (s3://bucket/reports/x.html) "
               "(default: report-<cluster>.html).")
 def report(warehouse: str | None, conf_file: str | None, cluster: str | None, start: str | None, end: str | None,
-           out: Path | None) -> None:
+           out: str | None) -> None:
     """One self-contained HTML page of a cluster's events (elections, ISR, brokers, controllers, audit, log health).
 
     Reads the event tables: run `kraftlog analyze` first.
     """
-    from kraftlog.analytics.report import Period, build_report, report_name, write_report
+    from kraftlog.analytics.report import Period, build_report, report_name
     from kraftlog.points import parse_time
+    from kraftlog.storage import normalize
 
     try:
         period = Period(parse_time(start) if start else None, parse_time(end) if end else None)
@@ -245,14 +260,16 @@ def report(warehouse: str | None, conf_file: str | None, cluster: str | None, st
         rep = build_report(store, cluster, period)
     except LookupError as e:
         raise click.ClickException(str(e)) from e
-    path = write_report(rep, out or Path(report_name(rep.cluster_id)))
-    click.echo(f"report of {rep.cluster_id} ({period.text()}): {path} ({path.stat().st_size:,} bytes)")
+    page = rep.html().encode("utf-8")
+    target = out or report_name(rep.cluster_id)
+    store.storage.write_bytes(normalize(target), page)
+    click.echo(f"report of {rep.cluster_id} ({period.text()}): {target} ({len(page):,} bytes)")
 
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.option("--warehouse", help="Verify the ingested tables of this warehouse instead (Spark).")
-@click.option("--conf", "conf_file", type=click.Path(exists=True, dir_okay=False), help="TOML profile.")
+@_PROFILE
 @click.option("--quiet", is_flag=True, help="Only differences and the totals.")
 def verify(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, quiet: bool) -> None:
     """Replay the log to every snapshot it reaches and compare with the snapshot's own contents.
@@ -313,7 +330,7 @@ def shell(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None,
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse).")
-@click.option("--conf", "conf_file", type=click.Path(exists=True, dir_okay=False), help="TOML profile.")
+@_PROFILE
 @click.option("--quiet", is_flag=True, help="Only the one-line summary.")
 def ingest(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None, quiet: bool) -> None:
     """Land the KRaft data directories under PATHS (local or any Spark file system) in Delta tables.
@@ -323,15 +340,18 @@ def ingest(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None,
     """
     import logging
 
-    from kraftlog.config import Config
+    from kraftlog.lease import WarehouseBusy
     from kraftlog.spark.ingest import ingest as run_ingest
     from kraftlog.spark.session import build_session
 
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
-    config = Config.load(conf_file, **({"warehouse": {"path": warehouse}} if warehouse else {}))
+    config = _config(warehouse, conf_file)
     spark = build_session(config)
-    result = run_ingest(spark, list(paths), config)
+    try:
+        result = run_ingest(spark, list(paths), config)
+    except WarehouseBusy as e:
+        raise click.ClickException(str(e)) from e
     click.echo(result.line())
 
 

@@ -17,10 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kraftlog.storage import Storage
+
 DEFAULTS: dict[str, Any] = {
     "spark": {
+        # used only where nothing else set them: spark-submit's options, an existing session and
+        # SPARK_REMOTE (Spark Connect) always win (kraftlog.spark.session)
         "master": "local[*]",
         "app_name": "kraftlog",
+        "log_level": "WARN",
         "conf": {
             "spark.driver.memory": "4g",
             "spark.ui.showConsoleProgress": "true",
@@ -29,18 +34,16 @@ DEFAULTS: dict[str, Any] = {
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.sql.execution.arrow.maxBytesPerBatch": "67108864",
             "spark.python.worker.reuse": "true",
-            # local disks answer a stat in microseconds: list explicit file paths on the driver
-            # (the cluster profile keeps Spark's parallel listing, better for object stores)
-            "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
-            # files are packed into tasks by bytes plus this cost per file: KRaft segments are often
-            # small, and the default (4 MB) would balance tasks by file count instead of bytes
-            "spark.sql.files.openCostInBytes": "65536",
         },
     },
     "warehouse": {
         "path": "warehouse",
         # auto: delta-spark when its classes load in the session, else delta-rs (no jar needed)
         "writer": "auto",
+        # one writer at a time (kraftlog.lease): how long a run waits for another to finish before it
+        # gives up with "warehouse busy", and how long a lease lasts without renewal (a killed run's)
+        "lease_wait_seconds": 3600.0,
+        "lease_ttl_seconds": 300.0,
     },
     "identity": {
         "cluster": "{cluster.id}",
@@ -50,7 +53,44 @@ DEFAULTS: dict[str, Any] = {
     "ingest": {
         "redact": True,
     },
+    # storage options (S3 endpoint, region, credentials, ...) under the standard environment variable
+    # names; they overlay the environment's (kraftlog.storage)
+    "storage": {},
 }
+
+# where a profile may hold tables of its own choosing (Spark conf keys, storage options)
+_FREE_FORM = {("spark", "conf"), ("storage",)}
+_OVERRIDE_KEYS = {"prefix", "cluster", "node"}
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used: unknown keys, wrong types; names the file and the key."""
+
+
+def _check(data: dict[str, Any], spec: dict[str, Any], where: tuple[str, ...], source: str) -> None:
+    for key, value in data.items():
+        name = ".".join((*where, key))
+        if key not in spec:
+            raise ProfileError(f"{source}: unknown key {name!r} (known here: {', '.join(sorted(spec))})")
+        expected = spec[key]
+        if (*where, key) in _FREE_FORM:
+            if not isinstance(value, dict):
+                raise ProfileError(f"{source}: {name} must be a table")
+        elif isinstance(expected, dict):
+            if not isinstance(value, dict):
+                raise ProfileError(f"{source}: {name} must be a table")
+            _check(value, expected, (*where, key), source)
+        elif isinstance(expected, list):
+            if not isinstance(value, list) or not all(isinstance(o, dict) for o in value):
+                raise ProfileError(f"{source}: {name} must be an array of tables")
+            for o in value:
+                for k in o:
+                    if k not in _OVERRIDE_KEYS:
+                        raise ProfileError(f"{source}: unknown key {name}.{k!r} (known here: "
+                                           f"{', '.join(sorted(_OVERRIDE_KEYS))})")
+        elif expected is not None and not isinstance(value, type(expected)) and not (
+                isinstance(expected, float) and isinstance(value, int)):
+            raise ProfileError(f"{source}: {name} must be {type(expected).__name__}, not {value!r}")
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -83,8 +123,16 @@ class Config:
         """Defaults, then the TOML file (if any), then keyword overrides (``warehouse={"path": ...}``)."""
         data = copy.deepcopy(DEFAULTS)
         if path is not None:
-            with open(path, "rb") as fh:
-                data = _merge(data, tomllib.load(fh))
+            try:
+                with open(path, "rb") as fh:
+                    profile = tomllib.load(fh)
+            except OSError as e:
+                raise ProfileError(f"{path}: cannot read the profile ({e.strerror or e})") from e
+            except tomllib.TOMLDecodeError as e:
+                raise ProfileError(f"{path}: not valid TOML ({e})") from e
+            _check(profile, DEFAULTS, (), str(path))
+            data = _merge(data, profile)
+        _check(overrides, DEFAULTS, (), "settings")
         return cls(_merge(data, overrides))
 
     @property
@@ -98,6 +146,22 @@ class Config:
     @property
     def spark(self) -> dict[str, Any]:
         return dict(self.data["spark"])
+
+    @property
+    def storage(self) -> Storage:
+        """How to reach object stores: the standard environment overlaid with ``[storage]``."""
+        try:
+            return Storage.from_environment(self.data["storage"])
+        except ValueError as e:
+            raise ProfileError(str(e)) from e
+
+    @property
+    def lease_wait_seconds(self) -> float:
+        return float(self.data["warehouse"]["lease_wait_seconds"])
+
+    @property
+    def lease_ttl_seconds(self) -> float:
+        return float(self.data["warehouse"]["lease_ttl_seconds"])
 
     @property
     def redact(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kraftlog.config import Config
+from kraftlog.storage import normalize
 from kraftlog.tables.rows import FileIdentity
 from kraftlog.wire.discover import DataDir
 from kraftlog.wire.files import MetaProperties
@@ -35,5 +36,5 @@ def _fill(template: str, values: dict[str, str]) -> str:
 
 
 def _norm(path: str) -> str:
-    """Compare local paths with or without the ``file:`` scheme."""
-    return (path[5:] if path.startswith("file:") else path).lstrip("/")
+    """Compare paths as URIs: local ones with or without ``file:``, ``s3a://`` as ``s3://``."""
+    return normalize(path)

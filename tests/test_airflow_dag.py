@@ -30,6 +30,21 @@ def dag(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return bag.dags["kraftlog"]
 
 
+def test_dag_ships_the_packed_environment_when_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("airflow.providers.apache.spark")
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    monkeypatch.setenv("KRAFTLOG_ARCHIVES", "s3a://lake/dist/kraftlog-env.tar.gz")
+    monkeypatch.setenv("KRAFTLOG_DEPLOY_MODE", "cluster")
+    bag = DagBag(dag_folder=str(DAG_DIR))
+    assert bag.import_errors == {}
+    for task in bag.dags["kraftlog"].tasks:
+        assert task._archives == "s3a://lake/dist/kraftlog-env.tar.gz#env"
+        assert task.conf == {"spark.pyspark.python": "./env/bin/python",
+                             "spark.pyspark.driver.python": "./env/bin/python"}
+
+
 def test_dag_wires_the_jobs_in_order(dag: Any) -> None:
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
@@ -64,7 +79,7 @@ def test_dag_renders_the_data_interval_into_job_arguments(dag: Any) -> None:
         job = load_job(Path(task.application).stem)
         parsed[task.task_id] = job_parser(task.task_id, getattr(job, "_options", None)).parse_args(argv)
     assert parsed["ingest"].inputs == ["s3a://archive/a,s3a://archive/b"]  # split by jobs/ingest.py
-    assert parsed["ingest"].conf.endswith("conf/cluster.toml")
+    assert parsed["ingest"].profile.endswith("conf/cluster.toml")
     assert parsed["reconstruct"].verify
     report = parsed["report"]
     assert (report.start, report.end) == (datetime(2026, 11, 21, 3, tzinfo=UTC), datetime(2026, 11, 21, 4, tzinfo=UTC))

@@ -410,8 +410,9 @@ def test_a_new_segment_reaching_below_its_base_offset_is_reported_not_landed_twi
         "first at offset 2" in ledger["errors"][0]
 
 
-def test_meta_properties_read_on_the_executors_equal_the_local_read(spark: Any, tmp_path: Path) -> None:
-    from kraftlog.spark.decode import meta_properties_on_executors, read_meta_properties
+def test_meta_properties_read_through_storage(tmp_path: Path) -> None:
+    from kraftlog.spark.inputs import read_meta_properties
+    from kraftlog.storage import Storage
 
     paths = []
     for node in (1, 2):
@@ -419,33 +420,36 @@ def test_meta_properties_read_on_the_executors_equal_the_local_read(spark: Any, 
         d.mkdir()
         (d / "meta.properties").write_text(f"#\nversion=1\ncluster.id=c-{node}\nnode.id={node}\ndirectory.id=d{node}\n")
         paths.append(f"file:{d / 'meta.properties'}")
-    local = read_meta_properties(spark, paths)
-    remote = meta_properties_on_executors(spark, paths)
-    assert {p: (m.cluster_id, m.node_id, m.directory_id, m.version) for p, m in local.items()} == \
-        {p: (m.cluster_id, m.node_id, m.directory_id, m.version) for p, m in remote.items()} == \
+    read = read_meta_properties(paths, Storage())
+    assert {p: (m.cluster_id, m.node_id, m.directory_id, m.version) for p, m in read.items()} == \
         {paths[0]: ("c-1", 1, "d1", 1), paths[1]: ("c-2", 2, "d2", 1)}
 
 
 def test_each_cluster_is_read_whole_by_one_task_without_a_shuffle(spark: Any, tmp_path: Path) -> None:
     import pyarrow as pa
 
-    from kraftlog.spark.decode import cluster_contents, whole_clusters
+    from kraftlog.spark.inputs import CONTENTS, FileSpec, by_cluster
+    from kraftlog.storage import Storage
 
-    files, sizes = {}, {}
+    files, specs = {}, []
     for c in range(5):
         for n in range(3):
             f = tmp_path / f"c{c}-n{n}.log"
             f.write_bytes(bytes(100 * (c + 1)))
-            files[f"file:{f}"], sizes[f"file:{f}"] = f"cluster-{c}", f.stat().st_size
+            files[f"file:{f}"] = f"cluster-{c}"
+            specs.append(FileSpec(f"file:{f}", f.stat().st_size, 0))
 
     def paths(batches: Any) -> Any:
-        seen = [p for b in batches for p in b.column("path").to_pylist()]
+        seen = []
+        for b in batches:
+            assert b.schema == CONTENTS
+            seen += b.column("path").to_pylist()
         yield pa.RecordBatch.from_pylist([{"paths": seen}])
 
-    df = cluster_contents(spark, files, sizes)
+    groups = by_cluster(spark, specs, files, Storage())
+    df = groups.map(spark, paths, pa.schema([("paths", pa.list_(pa.string()))]))
     assert "Exchange" not in df._jdf.queryExecution().executedPlan().toString()
-    with whole_clusters(spark):
-        parts = [r["paths"] for r in df.mapInArrow(paths, "paths array<string>").collect()]
+    parts = [r["paths"] for r in df.collect()]
     assert len(parts) == spark.sparkContext.defaultParallelism  # one group per core here
     assert sorted(p for part in parts for p in part) == sorted(files)
     for part in parts:  # every cluster in a task has all its files there

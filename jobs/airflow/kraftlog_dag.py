@@ -3,7 +3,7 @@
     ingest -> reconstruct -> analytics -> report
 
 Each step is a ``SparkSubmitOperator`` running one of kraftlog's spark-submit jobs (``jobs/*.py``) with
-the same profile (``--conf``). Every step is idempotent (ingest adds only new records; the others
+the same profile (``--profile``). Every step is idempotent (ingest adds only new records; the others
 replace their tables in one commit), so retries and backfills are safe. The report covers the run's
 data interval (``{{ data_interval_start }}`` to ``{{ data_interval_end }}``).
 
@@ -13,10 +13,13 @@ Configure with Airflow Variables (or the environment of the scheduler):
 * ``kraftlog_conf``: the TOML profile (default: ``conf/cluster.toml``);
 * ``kraftlog_inputs``: the archive roots to ingest, comma separated (e.g. ``s3a://kafka-archive/``);
 * ``kraftlog_reports``: where the HTML reports go (a folder per run, a page per cluster);
-* ``kraftlog_py_files``: the kraftlog wheel or zip shipped with ``--py-files`` (optional when kraftlog is
-  installed on the Spark nodes);
+and the ``spark_default`` connection (master, deploy mode). In the scheduler's environment:
 
-and the ``spark_default`` connection (master, deploy mode).
+* ``KRAFTLOG_ARCHIVES``: the packed environment of ``make dist`` (any URL the cluster's Spark fetches); shipped as
+  ``--archives <it>#env``, executors (and, in cluster deploy mode, the driver) run ``./env/bin/python``;
+* ``KRAFTLOG_PY_FILES``: instead, the kraftlog wheel for ``--py-files`` (when its dependencies are installed on
+  the Spark nodes);
+* ``KRAFTLOG_DEPLOY_MODE``: ``cluster`` when the connection submits in cluster mode.
 """
 
 from __future__ import annotations
@@ -41,6 +44,18 @@ CONF = _var("kraftlog_conf", f"{HOME}/conf/cluster.toml")
 INPUTS = _var("kraftlog_inputs", os.environ.get("KRAFTLOG_INPUTS", f"{HOME}/samples"))
 REPORTS = _var("kraftlog_reports", f"{HOME}/out/reports")
 PY_FILES = os.environ.get("KRAFTLOG_PY_FILES") or None
+ARCHIVES = os.environ.get("KRAFTLOG_ARCHIVES") or None
+CLUSTER_MODE = os.environ.get("KRAFTLOG_DEPLOY_MODE", "client") == "cluster"
+
+
+def _python_conf() -> dict[str, str]:
+    """The packed environment's Python for the executors (and the driver in cluster deploy mode)."""
+    if ARCHIVES is None:
+        return {}
+    conf = {"spark.pyspark.python": "./env/bin/python"}
+    if CLUSTER_MODE:
+        conf["spark.pyspark.driver.python"] = "./env/bin/python"
+    return conf
 
 default_args = {
     "owner": "platform",
@@ -53,8 +68,10 @@ def _job(task_id: str, script: str, args: list[str]) -> SparkSubmitOperator:
     return SparkSubmitOperator(
         task_id=task_id,
         application=f"{HOME}/jobs/{script}",
-        application_args=["--conf", CONF, *args],
+        application_args=["--profile", CONF, *args],
         py_files=PY_FILES,
+        archives=f"{ARCHIVES}#env" if ARCHIVES else None,
+        conf=_python_conf(),
         name=f"kraftlog-{task_id}",
         conn_id="spark_default",
     )

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -14,7 +12,7 @@ from kraftlog.analytics.definitions import event_tables
 from kraftlog.analytics.events import BUILDERS, Inputs
 from kraftlog.config import Config
 from kraftlog.spark.history import built_clusters, cluster_predicate, landed, read_histories
-from kraftlog.spark.store import TableStore, open_store
+from kraftlog.spark.store import TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import replay_ranges_table
 
 log = logging.getLogger("kraftlog")
@@ -53,10 +51,15 @@ class AnalyzeResult:
 def analyze(spark: SparkSession, config: Config, store: TableStore | None = None,
             clusters: list[str] | None = None) -> AnalyzeResult:
     """Build every event table from the histories (run ``reconstruct`` first) and replace them."""
-    t0 = time.time()
-    store = store or open_store(spark, config.warehouse, config.writer)
+    store = store or store_for(spark, config)
     built_clusters(store)  # a clear error when there are no histories yet
-    build_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    build_id = new_run_id()
+    with writing(store, config, build_id, "analyze"):
+        return _analyze(spark, store, build_id, clusters)
+
+
+def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: list[str] | None) -> AnalyzeResult:
+    t0 = time.time()
     tables = event_tables()
     frames = [(tables[name], df) for name, df in event_frames(inputs(store, clusters)).items()]
     rows = store.replace(frames, build_id, cluster_predicate(clusters))

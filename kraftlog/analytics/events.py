@@ -489,8 +489,8 @@ def log_health(inputs: Inputs) -> DataFrame:
     hour = F.date_trunc("hour", F.col("timestamp"))
     log = inputs.table("records").filter(F.col("source") == "log").withColumn("hour", hour)
     per_type = (log.groupBy("cluster_id", "hour", "record_type").count()
-                .groupBy("cluster_id", "hour").agg(F.map_from_entries(F.collect_list(
-                    F.struct(F.coalesce("record_type", F.lit("unknown")), "count"))).alias("records_by_type")))
+                .groupBy("cluster_id", "hour").agg(F.map_from_entries(F.array_sort(F.collect_list(  # keys in name order
+                    F.struct(F.coalesce("record_type", F.lit("unknown")), "count")))).alias("records_by_type")))
     volume = log.groupBy("cluster_id", "hour").agg(
         F.count(F.lit(1)).alias("records"),
         F.sum((F.col("record_type") == "NO_OP_RECORD").cast("long")).alias("noop_records"),

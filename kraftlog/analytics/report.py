@@ -13,7 +13,6 @@ import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pandas as pd
 from pyspark.sql import DataFrame
@@ -102,13 +101,6 @@ def build_report(store: TableStore, cluster: str | None, period: Period) -> Repo
 def report_name(cluster_id: str) -> str:
     """A file name for a cluster's report (``source:id`` cluster ids hold a colon)."""
     return "report-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in cluster_id) + ".html"
-
-
-def write_report(report: Report, out: Path) -> Path:
-    """Write the page to ``out`` (creating its folder); returns ``out``."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report.html(), encoding="utf-8")
-    return out
 
 
 # -- rendering -------------------------------------------------------------------------------------------------

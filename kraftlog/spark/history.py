@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,7 +27,7 @@ from kraftlog.config import Config
 from kraftlog.schema.registry import load_schemas
 from kraftlog.spark.entity_states import Inputs, states, versions
 from kraftlog.spark.replay import Applied, ClusterBase, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
-from kraftlog.spark.store import TableStore, open_store, spark_schema
+from kraftlog.spark.store import TableStore, new_run_id, spark_schema, store_for, writing
 from kraftlog.state.entities import BY_NAME, KINDS, history_tables, replay_ranges_table
 from kraftlog.state.local import Difference, SnapshotCheck
 from kraftlog.state.replay import Image
@@ -102,9 +101,15 @@ class ReconstructResult:
 def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = None,
                 clusters: list[str] | None = None) -> ReconstructResult:
     """Build every entity history from the landed tables and replace the history tables with it."""
+    store = store or store_for(spark, config)
+    build_id = new_run_id()
+    with writing(store, config, build_id, "reconstruct"):
+        return _reconstruct(spark, store, build_id, clusters)
+
+
+def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters: list[str] | None
+                 ) -> ReconstructResult:
     t0 = time.time()
-    store = store or open_store(spark, config.warehouse, config.writer)
-    build_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     build = build_histories(spark, landed(store), clusters)
     try:
         tables = history_tables()
@@ -287,7 +292,7 @@ def differences(row: Any) -> list[Difference]:
 def verify_tables(spark: SparkSession, config: Config, store: TableStore | None = None,
                   clusters: list[str] | None = None) -> list[tuple[str, list[SnapshotCheck]]]:
     """Histories built from the landed tables vs. every reachable snapshot's contents, per cluster."""
-    store = store or open_store(spark, config.warehouse, config.writer)
+    store = store or store_for(spark, config)
     build = build_histories(spark, landed(store), clusters, snapshots=True)
     try:
         return verify_build(spark, build)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -31,27 +30,20 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.config import Config
 from kraftlog.identity import resolve_identity
 from kraftlog.planning import Landed, ListedFile, PlannedFile, plan_by_name, plan_files
-from kraftlog.spark.decode import (
-    LandRouter,
-    cluster_contents,
-    file_contents,
-    qualify,
-    read_meta_properties,
-    reading_files,
-    spark_lister,
-    stage_choices,
-    summaries,
-    whole_clusters,
-)
-from kraftlog.spark.store import Manifest, StagedFile, TableStore, open_store, spark_schema
+from kraftlog.spark.decode import LandRouter, stage_choices, summaries
+from kraftlog.spark.inputs import FileSpec, by_bytes, by_cluster, read_meta_properties
+from kraftlog.spark.session import tag_jobs
+from kraftlog.spark.store import Manifest, StagedFile, TableStore, new_run_id, spark_schema, store_for, writing
 from kraftlog.spark.transforms import against_existing, keep_ranges, new_rows, path_map
-from kraftlog.tables.copies import render_divergence
+from kraftlog.storage import normalize
+from kraftlog.tables.copies import DIVERGENCE_SOURCE, render_divergence
 from kraftlog.tables.definitions import Catalog, catalog
-from kraftlog.tables.rows import FileIdentity, KeepSpec, file_layout
+from kraftlog.tables.rows import INDEX, FileIdentity, KeepSpec, file_layout
 from kraftlog.wire.discover import scan
 
 log = logging.getLogger("kraftlog")
@@ -99,6 +91,9 @@ class _File:
     mtime_ms: int
     identity: FileIdentity
 
+    def spec(self, path: str) -> FileSpec:
+        return FileSpec(path, self.size, self.mtime_ms)
+
 
 def _divergence_router(run_id: str):  # type: ignore[no-untyped-def]
     """Divergence rows: render the losing copy's JSON from its raw bytes when it was not landed."""
@@ -106,22 +101,32 @@ def _divergence_router(run_id: str):  # type: ignore[no-untyped-def]
 
 
 def ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableStore | None = None) -> IngestResult:
-    """Ingest the KRaft data directories under ``inputs`` into the warehouse of ``config``."""
+    """Ingest the KRaft data directories under ``inputs`` into the warehouse of ``config``.
+
+    The run holds the warehouse's lease (``kraftlog.lease``): a concurrent run waits for it, up to
+    ``[warehouse] lease_wait_seconds``, then fails with ``WarehouseBusy``.
+    """
+    store = store or store_for(spark, config)
+    run_id = new_run_id()
+    with writing(store, config, run_id, "ingest"):
+        return _ingest(spark, inputs, config, store, run_id)
+
+
+def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableStore, run_id: str) -> IngestResult:
     t0 = time.time()
-    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     run_seq = int(t0 * 1000)
-    store = store or open_store(spark, config.warehouse, config.writer)
     cat = catalog()
     result = IngestResult(run_id, store.kind)
-    spark.sparkContext.setJobGroup(run_id, "kraftlog ingest")
+    tag_jobs(spark, run_id)
     for t in cat.all():
         store.ensure(t)
     result.recovered = [m.run_id for m in store.recover()]
     result.phase("setup")
 
     # discover: directory listings (metadata only) and the identities in meta.properties
-    dirs = scan([qualify(spark, p) for p in inputs], spark_lister(spark))
-    metas = read_meta_properties(spark, [dd.meta_properties.path for dd in dirs if dd.meta_properties])
+    storage = store.storage
+    dirs = scan([normalize(p) for p in inputs], storage.lister())
+    metas = read_meta_properties([dd.meta_properties.path for dd in dirs if dd.meta_properties], storage)
     inventory: dict[str, _File] = {}
     for dd in dirs:
         ident = resolve_identity(dd, metas.get(dd.meta_properties.path) if dd.meta_properties else None, config)
@@ -142,15 +147,14 @@ def ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableS
                if p not in latest or (latest[p]["size"], latest[p]["mtime_ms"]) != (f.size, f.mtime_ms)}
     result.files_ingested = len(changed)
     manifest = Manifest(run_id, run_seq)
-    todo = {p: f for p, f in changed.items() if f.size > 0}  # binaryFile skips empty files
+    todo = {p: f for p, f in changed.items() if f.size > 0}  # an empty file has no rows but its ledger row
     empty_rows = [_empty_file_row(p, f, run_id) for p, f in changed.items() if f.size == 0]
     result.phase("discover")
     if empty_rows:
         manifest.files += store.stage_small(cat.core["files"], pa.Table.from_pylist(empty_rows, cat["files"].schema),
                                             run_id)
     if todo:
-        with reading_files(spark):
-            _run(spark, store, cat, todo, ledger, latest, manifest, result)
+        _run(spark, store, cat, todo, ledger, latest, manifest, result)
     else:
         log.info("nothing new: every file is already in the ledger")
     return _finish(store, cat, manifest, result, t0, inputs)
@@ -186,14 +190,13 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _
 
     # pass 2: land (and decide the clusters landed together)
     tables = [cat.core["records"], cat.core["batches"], cat.core["files"], cat.core["divergence"], *cat.typed.values()]
-    contents = cluster_contents(spark, {p: todo[p].identity.cluster_id for p in ordered},
-                                {p: todo[p].size for p in ordered})
-    with whole_clusters(spark):
-        staged = store.stage(contents, tables, LandRouter(ids, keep, run_id, together), run_id)
+    groups = by_cluster(spark, [todo[p].spec(p) for p in ordered], {p: todo[p].identity.cluster_id for p in ordered},
+                        store.storage)
+    staged = store.stage(groups, tables, LandRouter(ids, keep, run_id, together), run_id)
     manifest.files += staged
     ledger_rows = [f for f in staged if f.table == "files"]
     result.rows_added = sum(f.num_records for f in staged if f.table == "records")
-    result.records_decoded, result.errors = _sum_ledger(spark, cat, ledger_rows, ("records", "error_count"))
+    result.records_decoded, result.errors = _sum_ledger(store, cat, ledger_rows, ("records", "error_count"))
     result.divergent = manifest.rows("divergence")
     log.info("landed %d new records from %d decoded; %d divergence rows", result.rows_added, result.records_decoded,
              result.divergent)
@@ -205,9 +208,9 @@ def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, ord
                        ledger: list[dict[str, object]], latest: dict[str, dict[str, object]],
                        landed_clusters: set[str], manifest: Manifest, result: IngestResult) -> dict[str, KeepSpec]:
     """Pass 0 over ``ordered`` (a header walk), the plan, and the record-level choice for contested files."""
-    contents = file_contents(spark, ordered)
     prefix = {p: int(latest[p]["size"]) for p in ordered if p in latest}  # type: ignore[call-overload]
-    summary = {r["path"]: r for r in summaries(contents, prefix)}
+    files = by_bytes(spark, [todo[p].spec(p) for p in ordered], store.storage)
+    summary = {r["path"]: r for r in summaries(spark, files, prefix)}
     planned = []
     for p in ordered:
         s, f, prev = summary[p], todo[p], latest.get(p)
@@ -224,13 +227,13 @@ def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, ord
         by_path = {f.path: f for f in planned}
         base = {p: KeepSpec((), _min_position(by_path[p]), sha256=by_path[p].sha256) for p in plan.contested}
         rewritten = [p for p in plan.contested if p in latest and not by_path[p].prefix_unchanged]
-        keep.update(_decide(spark, store, cat, base, ids, {p: todo[p].size for p in base}, landed_clusters,
+        keep.update(_decide(spark, store, cat, base, ids, [todo[p].spec(p) for p in base], landed_clusters,
                             rewritten, manifest, result))
     return keep
 
 
 def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str, KeepSpec],
-            ids: dict[str, tuple[FileIdentity, int]], sizes: dict[str, int], landed_clusters: set[str],
+            ids: dict[str, tuple[FileIdentity, int]], files: list[FileSpec], landed_clusters: set[str],
             rewritten: list[str], manifest: Manifest, result: IngestResult) -> dict[str, KeepSpec]:
     """Record-level choice for the competing files ``base`` (what each lands so far): divergence, replaced
     rows, and the records each file lands.
@@ -244,13 +247,14 @@ def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str
     contested = sorted(base)
     result.files_contested += len(contested)
     clusters = sorted({ids[p][0].cluster_id for p in contested})
-    choices = stage_choices(spark, {p: ids[p] for p in contested}, sizes, staging)
+    choices = stage_choices(spark, {p: ids[p] for p in contested}, files, store.storage, staging)
     div = cat.core["divergence"]
-    divergence = spark.read.parquet(staging + "/divergence") if choices.divergent else None
+    divergence = store.read_parquet(store.parquet_files(staging + "/divergence"),
+                                    from_arrow_schema(DIVERGENCE_SOURCE)) if choices.divergent else None
     chosen = choices.keep
     if landed_clusters & set(clusters) and choices.winners:  # the winners meet the rows landed before
         paths = path_map({i: p for p, (_, i) in ids.items() if p in base})
-        winners = spark.read.parquet(staging + "/index")
+        winners = store.read_parquet(store.parquet_files(staging + "/index"), from_arrow_schema(INDEX))
         existing = store.read(cat.core["records"]).filter(F.col("cluster_id").isin(clusters)).select(
             "cluster_id", "snapshot_id", "log_offset", "snapshot_seq", "value_hash", "batch_epoch", "node_id",
             "file", "record_type", "timestamp", "data_json", "is_control", "api_key")
@@ -324,13 +328,13 @@ def _replacement_deletes(cat: Catalog, keys: list[Any]) -> list[tuple[str, str]]
     return out
 
 
-def _sum_ledger(spark: SparkSession, cat: Catalog, files: list[StagedFile], columns: tuple[str, ...]
+def _sum_ledger(store: TableStore, cat: Catalog, files: list[StagedFile], columns: tuple[str, ...]
                 ) -> tuple[int, ...]:
     """Totals of ``columns`` over the ledger rows this run staged (one job, executors read them)."""
     if not files:
         return tuple(0 for _ in columns)
     uris = [f.root.rstrip("/") + "/" + f.path for f in files]
-    row = spark.read.schema(spark_schema(cat.core["files"])).parquet(*uris) \
+    row = store.read_parquet(uris, spark_schema(cat.core["files"])) \
         .agg(*[F.sum(c).alias(c) for c in columns]).collect()[0]
     return tuple(int(row[c] or 0) for c in columns)
 
@@ -368,6 +372,6 @@ def _finish(store: TableStore, cat: Catalog, manifest: Manifest, result: IngestR
 
 def read_table(spark: SparkSession, config: Config, name: str, store: TableStore | None = None) -> DataFrame:
     """Read a landed table as a DataFrame (scales: executors read the table's files)."""
-    store = store or open_store(spark, config.warehouse, config.writer)
+    store = store or store_for(spark, config)
     return store.read(catalog()[name])
 

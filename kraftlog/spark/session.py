@@ -1,4 +1,14 @@
-"""Build a SparkSession from a ``Config`` (the ``[spark]`` section)."""
+"""The SparkSession of a run: whoever started the job decides; the profile's ``[spark]`` fills the gaps.
+
+In order of precedence:
+
+1. ``SPARK_REMOTE`` (or ``spark.remote``): a Spark Connect session; only runtime SQL settings of the
+   profile that the server does not already have are set;
+2. a session already active in this process (a notebook, Databricks, a test): used as it is;
+3. under ``spark-submit`` (the driver JVM is already running): master, deploy mode and every ``--conf``
+   it was given stay; the profile's values apply only to keys spark-submit did not set;
+4. anywhere else (``kraftlog ingest`` from a shell): the profile, whose embedded default is ``local[*]``.
+"""
 
 from __future__ import annotations
 
@@ -7,32 +17,101 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 from kraftlog.config import Config
 
 
+def is_connect(spark: SparkSession) -> bool:
+    """True for a Spark Connect session (no JVM in this process: no ``sparkContext``)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _remote() -> str | None:
+    return os.environ.get("SPARK_REMOTE") or None
+
+
+def _submitted_conf() -> dict[str, str] | None:
+    """The settings of the JVM that launched this driver (spark-submit), or None outside spark-submit."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf
+    from pyspark.context import SparkContext
+
+    SparkContext._ensure_initialized()  # connects to the submitting JVM; starts nothing
+    return dict(SparkConf().getAll())
+
+
 def build_session(config: Config) -> SparkSession:
-    """The session for ``config``; Python workers use this interpreter unless PYSPARK_PYTHON says otherwise."""
+    """The session for a run (see the module docstring for who decides what)."""
     spark_conf = config.spark
+    profile = {k: str(v) for k, v in spark_conf.get("conf", {}).items()}
+    remote = _remote()
+    if remote is not None:
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+        for key, value in profile.items():  # only runtime SQL settings can be set from a client
+            if key.startswith("spark.sql.") and spark.conf.get(key, None) is None:
+                _try_set(spark, key, value)
+        return spark
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    # Python workers use this interpreter unless PYSPARK_PYTHON (or spark.pyspark.python) says otherwise
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(spark_conf.get("app_name", "kraftlog"))
-    if spark_conf.get("master"):
+    submitted = _submitted_conf()
+    given = submitted if submitted is not None else {}
+    builder = SparkSession.builder
+    if "spark.app.name" not in given:
+        builder = builder.appName(spark_conf.get("app_name", "kraftlog"))
+    if submitted is None and spark_conf.get("master"):
         builder = builder.master(spark_conf["master"])
-    for key, value in spark_conf.get("conf", {}).items():
-        builder = builder.config(key, str(value))
+    for key, value in profile.items():
+        if key not in given:
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(spark_conf.get("log_level", "WARN"))
     return spark
 
 
+def _try_set(spark: SparkSession, key: str, value: str) -> None:
+    try:
+        spark.conf.set(key, value)
+    except Exception as e:  # a static setting the server fixed at start-up
+        logging.getLogger("kraftlog").debug("not set on the Spark Connect server: %s (%s)", key, e)
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """How many tasks run at once: the cluster's cores (classic), else ``spark.default.parallelism``."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    for key in ("spark.default.parallelism", "spark.kraftlog.parallelism"):
+        value = spark.conf.get(key, None)
+        if value:
+            return int(value)
+    master = spark.conf.get("spark.master", "") or ""
+    if master.startswith("local["):
+        inner = master[len("local["):].split(",")[0].rstrip("]")
+        return os.cpu_count() or 2 if inner == "*" else int(inner)
+    return os.cpu_count() or 2
+
+
+def tag_jobs(spark: SparkSession, tag: str) -> None:
+    """Label the Spark jobs of a run (the UI's job group, or a Connect tag)."""
+    try:
+        spark.addTag(tag)
+    except Exception:
+        if not is_connect(spark):
+            spark.sparkContext.setJobGroup(tag, "kraftlog")
+
+
 def job_parser(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None
                ) -> argparse.ArgumentParser:
-    """The argument parser of a spark-submit job: ``--conf``, ``--warehouse`` and the job's own (``extra``)."""
+    """The argument parser of a spark-submit job: ``--profile``, ``--warehouse`` and the job's own (``extra``)."""
     ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--conf", help="TOML profile (conf/local.toml, conf/cluster.toml)")
+    ap.add_argument("--profile", help="TOML profile (conf/local.toml, conf/cluster.toml); Spark settings given to "
+                    "spark-submit win over the profile's")
     ap.add_argument("--warehouse", help="where the Delta tables live (overrides the profile)")
     if extra is not None:
         extra(ap)
@@ -45,5 +124,21 @@ def job_arguments(description: str, argv: list[str] | None = None,
     """The parsed arguments of a spark-submit job, its config and the session."""
     args = job_parser(description, extra).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    config = Config.load(args.conf, **({"warehouse": {"path": args.warehouse}} if args.warehouse else {}))
-    return args, config, build_session(config)
+    overrides: dict[str, Any] = {"warehouse": {"path": args.warehouse}} if args.warehouse else {}
+    config = Config.load(args.profile, **overrides)
+    spark = build_session(config)
+    logging.getLogger("kraftlog").info("spark: %s", describe(spark))
+    return args, config, spark
+
+
+def describe(spark: SparkSession) -> str:
+    """The live session's deciding settings, as one line (master, deploy mode, app, partitioning)."""
+    keys = ("spark.master", "spark.submit.deployMode", "spark.app.name", "spark.sql.shuffle.partitions",
+            "spark.sql.files.maxPartitionBytes")
+    values = []
+    for key in keys:
+        try:
+            values.append(f"{key}={spark.conf.get(key, None)}")
+        except Exception:  # a setting a Connect server does not expose
+            values.append(f"{key}=?")
+    return ("connect " if is_connect(spark) else "") + " ".join(values)

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -38,6 +38,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from kraftlog.config import Config
+from kraftlog.lease import Lease
+from kraftlog.spark.inputs import FileGroups, FileSpec
+from kraftlog.spark.session import default_parallelism, is_connect
+from kraftlog.storage import Storage, is_local, join, normalize, scheme
 from kraftlog.tables.definitions import TableDef, catalog
 
 log = logging.getLogger("kraftlog")
@@ -137,9 +142,9 @@ def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
     return {"compression": "zstd", "compression_level": 1, "use_dictionary": dictionary_columns(schema)}
 
 
-def write_parquet(table: str, root: str, data: pa.Table, prefix: str = "") -> StagedFile:
-    """Write one Parquet file under ``root`` (any pyarrow file system URI)."""
-    filesystem, base = pafs.FileSystem.from_uri(root)
+def write_parquet(table: str, root: str, data: pa.Table, storage: Storage, prefix: str = "") -> StagedFile:
+    """Write one Parquet file under ``root`` (any URI ``storage`` reaches)."""
+    filesystem, base = storage.filesystem(root)
     rel = f"{prefix}part-{uuid.uuid4()}.zstd.parquet"
     full = base.rstrip("/") + "/" + rel
     filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
@@ -152,9 +157,9 @@ def write_parquet(table: str, root: str, data: pa.Table, prefix: str = "") -> St
 class StreamingWriter:
     """One Parquet file per table, written row group by row group (bounded memory)."""
 
-    def __init__(self, table: str, root: str, schema: pa.Schema, prefix: str):
+    def __init__(self, table: str, root: str, schema: pa.Schema, prefix: str, storage: Storage):
         self.table, self.root, self.schema = table, root, schema
-        self.fs, base = pafs.FileSystem.from_uri(root)
+        self.fs, base = storage.filesystem(root)
         self.rel = f"{prefix}part-{uuid.uuid4()}.zstd.parquet"
         self.full = base.rstrip("/") + "/" + self.rel
         self.fs.create_dir(self.full.rsplit("/", 1)[0], recursive=True)
@@ -198,7 +203,7 @@ def _merge_stats(parts: list[str]) -> str:
 
 
 def _stage_partition(batches: Iterable[pa.RecordBatch], roots: dict[str, str], schemas: dict[str, pa.Schema],
-                     router: Router, prefix: str) -> Iterator[pa.RecordBatch]:
+                     router: Router, prefix: str, storage: Storage) -> Iterator[pa.RecordBatch]:
     """Executor side: route rows to tables; stream each table into one Parquet file per task."""
     writers: dict[str, StreamingWriter] = {}
 
@@ -216,7 +221,7 @@ def _stage_partition(batches: Iterable[pa.RecordBatch], roots: dict[str, str], s
             if t.num_rows:
                 w = writers.get(name)
                 if w is None:
-                    w = writers[name] = StreamingWriter(name, roots[name], schemas[name], prefix)
+                    w = writers[name] = StreamingWriter(name, roots[name], schemas[name], prefix, storage)
                 w.write(t)
     rows = [{k: v for k, v in asdict(w.close()).items() if k != "root"} for w in writers.values()]
     if rows:
@@ -229,10 +234,16 @@ class TableStore(Protocol):
     kind: str
     warehouse: str
 
+    storage: Storage
+    lease: Lease | None
+
     def path(self, table: TableDef) -> str: ...
     def ensure(self, table: TableDef) -> None: ...
     def read(self, table: TableDef) -> DataFrame: ...
-    def stage(self, df: DataFrame, tables: list[TableDef], router: Router, run_id: str) -> list[StagedFile]: ...
+    def read_parquet(self, uris: list[str], schema: Any) -> DataFrame: ...
+    def parquet_files(self, folder: str) -> list[str]: ...
+    def stage(self, df: DataFrame | FileGroups, tables: list[TableDef], router: Router, run_id: str
+              ) -> list[StagedFile]: ...
     def stage_root(self, table: TableDef, run_id: str) -> tuple[str, str]: ...
     def stage_small(self, table: TableDef, data: pa.Table, run_id: str) -> list[StagedFile]: ...
     def commit(self, manifest: Manifest) -> None: ...
@@ -247,27 +258,62 @@ class _Base:
 
     kind = "base"
 
-    def __init__(self, spark: SparkSession, warehouse: str, after_commit: Callable[[str], None] | None = None):
+    def __init__(self, spark: SparkSession, warehouse: str, after_commit: Callable[[str], None] | None = None,
+                 storage: Storage | None = None):
         self.spark = spark
-        self.warehouse = _uri(warehouse)
+        self.storage = storage if storage is not None else Storage.from_environment()
+        self.warehouse = normalize(warehouse)
         self.after_commit = after_commit  # called with the table name after each commit (tests use it)
-        self.fs, self.base = pafs.FileSystem.from_uri(self.warehouse)
+        self.fs, self.base = self.storage.filesystem(self.warehouse)
+        self.lease: Lease | None = None  # held by the run writing this warehouse; checked before each commit
 
     def path(self, table: TableDef) -> str:
-        return self.warehouse.rstrip("/") + "/" + table.name
+        return join(self.warehouse, table.name)
+
+    def _guard(self) -> None:
+        if self.lease is not None:
+            self.lease.check()
+
+    def read_parquet(self, uris: list[str], schema: Any) -> DataFrame:
+        """Parquet files as a DataFrame of ``schema`` (a Spark StructType): Spark's own reader where Spark
+        reaches the files without extra jars (local disk, HDFS), else read on the executors with pyarrow."""
+        if not uris:
+            return _empty(self.spark, schema)
+        uris = [normalize(u) for u in uris]
+        if all(is_local(u) or scheme(u) == "hdfs" for u in uris):
+            return self.spark.read.schema(schema).parquet(*uris)
+        return read_parquet_with_pyarrow(self.spark, uris, schema, self.storage)
 
     def stage_root(self, table: TableDef, run_id: str) -> tuple[str, str]:
         """(root URI, file prefix) where a run's files for ``table`` are written."""
         return self.path(table), ""
 
-    def stage(self, df: DataFrame, tables: list[TableDef], router: Router, run_id: str) -> list[StagedFile]:
+    def parquet_files(self, folder: str) -> list[str]:
+        """The URIs of the Parquet files under ``folder`` (a URI), at any depth."""
+        filesystem, path = self.storage.filesystem(folder)
+        prefix = folder[: folder.index("://") + 3] if "://" in folder else "file:"
+        infos = filesystem.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+        return sorted(prefix + i.path.lstrip("/") if prefix != "file:" else "file:" + i.path
+                      for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet"))
+
+    def stage(self, df: DataFrame | FileGroups, tables: list[TableDef], router: Router, run_id: str
+              ) -> list[StagedFile]:
+        """Executors route the rows of ``df`` (or the contents of the files ``df`` names) to ``tables`` and
+        write them as Parquet files; the driver gets the files' metadata only."""
         placed = {t.name: self.stage_root(t, run_id) for t in tables}
         roots = {n: r for n, (r, _) in placed.items()}
         prefixes = {p for _, p in placed.values()}
         prefix = prefixes.pop() if len(prefixes) == 1 else ""
         schemas = {t.name: t.schema for t in tables}
-        written = df.mapInArrow(lambda it: _stage_partition(it, roots, schemas, router, prefix),
-                                from_arrow_schema(WRITTEN)).collect()  # file metadata only
+        storage = self.storage
+
+        def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            return _stage_partition(batches, roots, schemas, router, prefix, storage)
+
+        if isinstance(df, FileGroups):
+            written = df.map(self.spark, task, WRITTEN).collect()
+        else:
+            written = df.mapInArrow(task, from_arrow_schema(WRITTEN)).collect()  # file metadata only
         return [StagedFile(r["table"], roots[r["table"]], r["path"], r["size"], r["modification_time"],
                            r["num_records"], r["stats"]) for r in written]
 
@@ -275,7 +321,7 @@ class _Base:
         if data.num_rows == 0:
             return []
         root, prefix = self.stage_root(table, run_id)
-        return [write_parquet(table.name, root, data.cast(table.schema), prefix)]
+        return [write_parquet(table.name, root, data.cast(table.schema), self.storage, prefix)]
 
     def replace(self, frames: list[tuple[TableDef, DataFrame]], build_id: str, where: str | None = None
                 ) -> dict[str, int]:
@@ -297,7 +343,7 @@ class _Base:
                 for other, st in structs.items()])
             combined = part if combined is None else combined.unionByName(part)
         assert combined is not None
-        combined = combined.coalesce(max(1, self.spark.sparkContext.defaultParallelism))
+        combined = combined.coalesce(max(1, default_parallelism(self.spark)))
         files = self.stage(combined, tables, _split([t.name for t in tables]), build_id)
         for t in tables:
             self._overwrite(t, [f for f in files if f.table == t.name], build_id, where)
@@ -325,6 +371,7 @@ class _Base:
 
     def commit(self, manifest: Manifest) -> None:
         """Write the manifest, then commit each table (idempotent), then drop the manifest."""
+        self._guard()
         path = self._write_manifest(manifest)
         self._apply(manifest)
         self.fs.delete_file(path)
@@ -352,6 +399,7 @@ class _Base:
 
     def _apply(self, m: Manifest) -> None:
         cat = catalog()
+        self._guard()
         for name, predicate in m.deletes:
             self._delete(cat[name], predicate, m.run_seq)
         for name in m.order:
@@ -374,29 +422,34 @@ class DeltaRsStore(_Base):
 
     kind = "delta-rs"
 
+    def _uri(self, table: TableDef) -> str:
+        return self.storage.table_uri(self.path(table))
+
+    def table(self, table: TableDef) -> Any:
+        """The ``deltalake.DeltaTable`` of ``table``."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self._uri(table), storage_options=self.storage.delta_options())
+
     def ensure(self, table: TableDef) -> None:
         from deltalake import DeltaTable
 
-        if DeltaTable.is_deltatable(self.path(table)):
+        if DeltaTable.is_deltatable(self._uri(table), storage_options=self.storage.delta_options()):
             return
-        DeltaTable.create(self.path(table), schema=table.schema, mode="ignore",
+        DeltaTable.create(self._uri(table), schema=table.schema, mode="ignore",
+                          storage_options=self.storage.delta_options(),
                           partition_by=list(table.partition_by) or None, name=table.name,
                           description=table.description, configuration=table.table_properties(),
                           raise_if_key_not_exists=False)
 
     def read(self, table: TableDef) -> DataFrame:
-        from deltalake import DeltaTable
 
-        schema = spark_schema(table)
-        uris = DeltaTable(self.path(table)).file_uris()
-        if not uris:
-            return _empty(self.spark, schema)
-        return self.spark.read.schema(schema).parquet(*uris)
+        return self.read_parquet(self.table(table).file_uris(), spark_schema(table))
 
     def _delete(self, table: TableDef, predicate: str, run_seq: int) -> None:
-        from deltalake import CommitProperties, DeltaTable, Transaction
+        from deltalake import CommitProperties, Transaction
 
-        dt = DeltaTable(self.path(table))
+        dt = self.table(table)
         if self._committed(dt.transaction_version(DELETE_APP), run_seq):
             return
         dt.delete(predicate, commit_properties=CommitProperties(app_transactions=[Transaction(DELETE_APP, run_seq)]))
@@ -404,10 +457,10 @@ class DeltaRsStore(_Base):
             self.after_commit(table.name)
 
     def _append(self, table: TableDef, files: list[StagedFile], m: Manifest) -> None:
-        from deltalake import CommitProperties, DeltaTable, Transaction
+        from deltalake import CommitProperties, Transaction
         from deltalake.transaction import AddAction, RemoveAction
 
-        dt = DeltaTable(self.path(table))
+        dt = self.table(table)
         if self._committed(dt.transaction_version(APPEND_APP), m.run_seq):
             return
         actions: list[AddAction | RemoveAction] = [
@@ -422,10 +475,11 @@ class DeltaRsStore(_Base):
 
 
     def _overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None) -> None:
-        from deltalake import CommitProperties, DeltaTable
+        from deltalake import CommitProperties
         from deltalake.transaction import AddAction, RemoveAction
 
-        dt = DeltaTable(self.path(table))
+        self._guard()
+        dt = self.table(table)
         meta = CommitProperties(custom_metadata={"kraftlog.build": build_id})
         actions: list[AddAction | RemoveAction] = [
             AddAction(f.path, f.size, {}, f.modification_time, True, f.stats) for f in files]
@@ -484,6 +538,7 @@ class DeltaSparkStore(_Base):
 
 
     def _overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None) -> None:
+        self._guard()
         uris = [f.root.rstrip("/") + "/" + f.path for f in files]
         df = (self.spark.read.schema(spark_schema(table)).parquet(*uris) if uris
               else _empty(self.spark, spark_schema(table)))
@@ -513,22 +568,39 @@ def _split(names: list[str]) -> Router:
 
 def _empty(spark: SparkSession, schema: Any) -> DataFrame:
     """An empty DataFrame with no partitions (no task, no Python worker to start)."""
+    if is_connect(spark):
+        return spark.createDataFrame([], schema)
     return spark.createDataFrame(spark.sparkContext.emptyRDD(), schema)
+
+
+def read_parquet_with_pyarrow(spark: SparkSession, uris: list[str], schema: Any, storage: Storage) -> DataFrame:
+    """Parquet files read by the executors with pyarrow (S3, GCS, Azure with no Hadoop connector)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema)
+    n = min(len(uris), max(1, default_parallelism(spark)))
+    groups = FileGroups(tuple(tuple(FileSpec(u, 0, 0) for u in uris[i::n]) for i in range(n)), storage)
+
+    def read(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            for group in b.column("id").to_pylist():
+                for f in groups.groups[group]:
+                    filesystem, path = storage.filesystem(f.path)
+                    with filesystem.open_input_file(path) as fh:
+                        data = pq.read_table(fh, columns=arrow_schema.names)
+                    yield from data.cast(arrow_schema).to_batches(max_chunksize=65536)
+
+    return groups.frame(spark).mapInArrow(read, schema)
 
 
 def _sql_str(text: str) -> str:
     return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def _uri(path: str) -> str:
-    """Absolute local paths for relative ones; URIs (s3a://, file:/...) as given."""
-    if "://" in path or path.startswith("file:"):
-        return path
-    return os.path.abspath(path)
-
-
 def delta_spark_available(spark: SparkSession) -> bool:
     """True when the session can load delta-spark's classes (the jar is on the classpath)."""
+    if is_connect(spark):  # no JVM here: trust the server's session extensions
+        return "DeltaSparkSessionExtension" in (spark.conf.get("spark.sql.extensions", "") or "")
     try:
         spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")  # type: ignore[union-attr]
         return True
@@ -537,13 +609,35 @@ def delta_spark_available(spark: SparkSession) -> bool:
 
 
 def open_store(spark: SparkSession, warehouse: str, writer: str = "auto",
-               after_commit: Callable[[str], None] | None = None) -> TableStore:
+               after_commit: Callable[[str], None] | None = None, storage: Storage | None = None) -> TableStore:
     """The store for ``writer``: auto, delta-rs or delta-spark."""
     if writer == "delta-spark" or (writer == "auto" and delta_spark_available(spark)):
         if not delta_spark_available(spark):
             raise RuntimeError("writer = delta-spark, but io.delta classes are not on the Spark classpath "
                                "(add the delta-spark jar, e.g. spark.jars.packages=io.delta:delta-spark_2.13:<v>)")
-        return DeltaSparkStore(spark, warehouse, after_commit)
+        return DeltaSparkStore(spark, warehouse, after_commit, storage)
     if writer not in ("auto", "delta-rs"):
         raise ValueError(f"unknown writer {writer!r}: auto, delta-rs or delta-spark")
-    return DeltaRsStore(spark, warehouse, after_commit)
+    return DeltaRsStore(spark, warehouse, after_commit, storage)
+
+
+def store_for(spark: SparkSession, config: Config) -> TableStore:
+    """The store of ``config``'s warehouse, writer and storage options."""
+    return open_store(spark, config.warehouse, config.writer, storage=config.storage)
+
+
+def new_run_id() -> str:
+    """A run's id: its UTC start time and a random suffix."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+def writing(store: TableStore, config: Config, run_id: str, purpose: str) -> Lease:
+    """The warehouse's lease for a run of ``purpose`` that writes through ``store`` (whose commits check it).
+
+    Use as ``with writing(store, config, run_id, "ingest"): ...``: a concurrent run waits for the lease up
+    to ``[warehouse] lease_wait_seconds``, then fails with ``kraftlog.lease.WarehouseBusy``.
+    """
+    held = Lease(store.storage, store.warehouse, run_id, purpose, ttl_s=config.lease_ttl_seconds,
+                 wait_s=config.lease_wait_seconds)
+    store.lease = held
+    return held

@@ -1,0 +1,245 @@
+"""One writer at a time per warehouse: an expiring lease taken with an atomic create-if-absent.
+
+Runs that write a warehouse (ingest, reconstruct, analyze) hold its lease. The lease is a sequence of
+small JSON objects ``<warehouse>/_kraftlog/lease/<generation>.json``; a run takes generation ``n + 1``
+by creating that object only if it does not exist (``O_EXCL`` on a local disk, a conditional PUT with
+``If-None-Match: *`` on S3, the same on GCS and Azure, through ``obstore``), so of two runs racing
+for it exactly one wins. The holder renews its object's ``expires_at`` while it works and marks it
+``released`` at the end. A run killed with ``kill -9`` stops renewing: once its lease has expired the
+next run takes the next generation, and rolls the dead run's staged work forward (``TableStore.recover``).
+
+A holder that finds a later generation than its own has lost the lease (it was paused for longer than
+the lease lasts) and stops before its next commit (``Lease.check``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyarrow import fs as pafs
+
+from kraftlog.storage import Storage, is_local, join, local_path, normalize, scheme
+
+log = logging.getLogger("kraftlog")
+
+LEASE_DIR = "_kraftlog/lease"
+DEFAULT_TTL_S = 300.0  # a holder renews every third of this
+KEEP_GENERATIONS = 20  # older lease objects are removed by the next holder
+
+
+class WarehouseBusy(RuntimeError):
+    """Another run holds the warehouse's lease."""
+
+
+class LeaseLost(RuntimeError):
+    """Another run took the lease while this one still worked (it was paused for longer than the lease)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lease, and until when."""
+
+    generation: int
+    run: str
+    purpose: str
+    host: str
+    pid: int
+    acquired_at: float
+    expires_at: float
+    released: bool = False
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.__dict__, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, generation: int, data: bytes) -> Holder:
+        d = json.loads(data)
+        d["generation"] = generation
+        return cls(**d)
+
+    def describe(self) -> str:
+        since = datetime.fromtimestamp(self.acquired_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        until = datetime.fromtimestamp(self.expires_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return (f"busy since {since} by {self.purpose} run {self.run} (host {self.host}, pid {self.pid}); "
+                f"its lease expires at {until} unless renewed")
+
+
+class Lease:
+    """The lease of one warehouse; ``with Lease(...).held():`` around a run that writes it."""
+
+    def __init__(self, storage: Storage, warehouse: str, run: str, purpose: str, ttl_s: float = DEFAULT_TTL_S,
+                 wait_s: float = 0.0, poll_s: float = 2.0):
+        self.storage, self.warehouse = storage, normalize(warehouse)
+        self.dir = join(self.warehouse, LEASE_DIR)
+        self.run, self.purpose, self.ttl_s, self.wait_s, self.poll_s = run, purpose, ttl_s, wait_s, poll_s
+        self.generation: int | None = None
+        self.acquired_at = 0.0
+        self._stop = threading.Event()
+        self._lost: str | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- the objects --------------------------------------------------------------------------------
+    def _name(self, generation: int) -> str:
+        return f"{generation:020d}.json"
+
+    def generations(self) -> list[int]:
+        filesystem, path = self.storage.filesystem(self.dir)
+        try:
+            infos = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        except FileNotFoundError:  # being created by another run right now
+            return []
+        return sorted(int(i.base_name[:-5]) for i in infos
+                      if i.base_name.endswith(".json") and i.base_name[:-5].isdigit())
+
+    def holder(self, generation: int) -> Holder:
+        return Holder.from_json(generation, self.storage.read_bytes(join(self.dir, self._name(generation))))
+
+    def current(self) -> Holder | None:
+        """The latest generation's holder (None for a warehouse never leased)."""
+        gens = self.generations()
+        return self.holder(gens[-1]) if gens else None
+
+    def _record(self, generation: int, released: bool = False) -> Holder:
+        return Holder(generation, self.run, self.purpose, socket.gethostname(), os.getpid(), self.acquired_at,
+                      time.time() + self.ttl_s, released)
+
+    # -- taking and giving back ---------------------------------------------------------------------
+    def acquire(self) -> Lease:
+        """Take the lease, waiting up to ``wait_s`` for a live holder to finish; else ``WarehouseBusy``."""
+        deadline = time.time() + self.wait_s
+        while True:
+            current = self.current()
+            if current is None or current.released or current.expires_at < time.time():
+                if current is not None and not current.released:
+                    log.warning("taking over the lease of %s run %s, which expired without being released "
+                                "(the run was killed)", current.purpose, current.run)
+                generation = (current.generation if current else 0) + 1
+                self.acquired_at = time.time()
+                if create_if_absent(self.storage, join(self.dir, self._name(generation)),
+                                    self._record(generation).to_json()):
+                    self.generation = generation
+                    self._start_renewing()
+                    self._prune(generation)
+                    log.info("lease %d of %s taken for %s run %s", generation, self.warehouse, self.purpose, self.run)
+                    return self
+                continue  # another run created that generation first: look again
+            if time.time() >= deadline:
+                raise WarehouseBusy(f"warehouse {self.warehouse} is {current.describe()}")
+            log.info("warehouse %s is %s; waiting", self.warehouse, current.describe())
+            time.sleep(min(self.poll_s, max(0.0, deadline - time.time())) or self.poll_s)
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` if another run took the lease (call before committing)."""
+        if self.generation is None:
+            raise LeaseLost("the lease was not taken")
+        if self._lost is None and any(g > self.generation for g in self.generations()):
+            self._lost = "a later generation exists"
+        if self._lost is not None:
+            raise LeaseLost(f"lease {self.generation} of {self.warehouse} lost ({self._lost}): nothing more is "
+                            "committed by this run; the next run completes its staged work")
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.generation is not None and self._lost is None:
+            self._write(self._record(self.generation, released=True))
+        self.generation = None
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    # -- renewing -----------------------------------------------------------------------------------
+    def _write(self, record: Holder) -> None:
+        self.storage.write_bytes(join(self.dir, self._name(record.generation)), record.to_json())
+
+    def _start_renewing(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._renew, name="kraftlog-lease", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                assert self.generation is not None
+                if any(g > self.generation for g in self.generations()):
+                    self._lost = "a later generation exists"
+                    return
+                self._write(self._record(self.generation))
+            except Exception as e:  # a storage hiccup: try again at the next beat
+                log.warning("could not renew the lease of %s: %s", self.warehouse, e)
+
+    def _prune(self, generation: int) -> None:
+        for g in self.generations():
+            if g <= generation - KEEP_GENERATIONS:
+                filesystem, path = self.storage.filesystem(join(self.dir, self._name(g)))
+                with contextlib.suppress(OSError):
+                    filesystem.delete_file(path)
+
+
+def create_if_absent(storage: Storage, uri: str, data: bytes) -> bool:
+    """Create ``uri`` with ``data`` only if nothing is there; False when it already exists. Atomic."""
+    uri = normalize(uri)
+    if is_local(uri):  # written aside, then linked in: the name appears only with its whole content
+        path = local_path(uri)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        return True
+    if scheme(uri) in ("s3", "gs", "az", "abfs", "abfss"):
+        import obstore
+        from obstore.exceptions import AlreadyExistsError
+
+        store, key = _object_store(storage, uri)
+        try:
+            obstore.put(store, key, data, mode="create")
+        except AlreadyExistsError:
+            return False
+        return True
+    # HDFS and others: no create-if-absent through pyarrow; check, then write (not atomic)
+    log.warning("%s: this file system offers no atomic create; the lease only guards against runs that are "
+                "not started within the same instant", uri)
+    if storage.exists(uri):
+        return False
+    storage.write_bytes(uri, data)
+    return True
+
+
+_S3_CONFIG = {"AWS_ACCESS_KEY_ID": "aws_access_key_id", "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
+              "AWS_SESSION_TOKEN": "aws_session_token", "AWS_REGION": "aws_region",
+              "AWS_DEFAULT_REGION": "aws_default_region", "AWS_ENDPOINT_URL": "aws_endpoint",
+              "AWS_ENDPOINT_URL_S3": "aws_endpoint"}
+
+
+def _object_store(storage: Storage, uri: str) -> tuple[Any, str]:
+    """An obstore store for the bucket or container of ``uri``, and the key inside it."""
+    from obstore.store import from_url
+
+    bucket_end = uri.index("/", uri.index("://") + 3) if uri.count("/") > 2 else len(uri)
+    root, key = uri[:bucket_end], uri[bucket_end:].lstrip("/")
+    if scheme(uri) != "s3":
+        return from_url(root), key
+    config: Any = {_S3_CONFIG[k]: v for k, v in storage.options.items() if k in _S3_CONFIG}
+    config["aws_conditional_put"] = "etag"  # If-None-Match on PUT: S3 (since 2024), MinIO, R2, moto
+    endpoint = storage.options.get("AWS_ENDPOINT_URL_S3") or storage.options.get("AWS_ENDPOINT_URL") or ""
+    options: Any = {"allow_http": endpoint.startswith("http://")}
+    return from_url(root, config=config, client_options=options), key

@@ -1,0 +1,137 @@
+"""Input files for Spark jobs: listed on the driver, read on the executors through pyarrow (no Hadoop, no jar).
+
+The driver lists the data directories (``kraftlog.storage``; metadata only) and packs the files into
+groups by bytes. A job runs over ``spark.range(n, numPartitions=n)``: partition ``i`` holds the single
+row ``i`` and its task reads group ``i``'s files itself, so each group is read whole by one task with
+no shuffle, on any file system pyarrow reaches (local, S3, GCS, Azure, HDFS), under classic Spark and
+Spark Connect alike.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from kraftlog.planning import pack
+from kraftlog.spark.session import default_parallelism
+from kraftlog.storage import Storage, is_local
+from kraftlog.wire.files import MetaProperties, parse_meta_properties
+
+# the rows a task's reader yields: what Spark's binaryFile source gives, read by pyarrow
+CONTENTS = pa.schema([("path", pa.string()), ("modificationTime", pa.int64()), ("content", pa.binary())])
+FILES_PER_BATCH = 8
+BYTES_PER_BATCH = 128 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class FileSpec:
+    """A listed file: its URI, size and modification time (epoch ms)."""
+
+    path: str
+    size: int
+    mtime_ms: int
+
+
+@dataclass(frozen=True)
+class FileGroups:
+    """Files in groups, one Spark partition per group, read by the task of that partition."""
+
+    groups: tuple[tuple[FileSpec, ...], ...]
+    storage: Storage
+
+    def frame(self, spark: SparkSession) -> DataFrame:
+        """One row (the group index, ``id``) per partition."""
+        n = len(self.groups)
+        return spark.range(0, n, 1, max(n, 1))
+
+    def contents(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Executor side: the files of the groups named by ``batches`` (``CONTENTS``), a few per batch."""
+        for b in batches:
+            for group in b.column("id").to_pylist():
+                yield from read_contents(self.groups[group], self.storage)
+
+    def map(self, spark: SparkSession, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+            schema: pa.Schema) -> DataFrame:
+        """``fn`` over each task's file contents (``CONTENTS`` batches) -> rows of ``schema``."""
+        return self.frame(spark).mapInArrow(lambda it: fn(self.contents(it)), from_arrow_schema(schema))
+
+
+def read_contents(files: Iterable[FileSpec], storage: Storage) -> Iterator[pa.RecordBatch]:
+    """``CONTENTS`` batches of ``files``; a file removed since it was listed (retention) is left out."""
+    rows: list[tuple[str, int, bytes]] = []
+    size = 0
+    for f in files:
+        try:
+            data = storage.read_bytes(f.path)
+        except FileNotFoundError:
+            continue
+        rows.append((f.path, f.mtime_ms * 1000, data))
+        size += len(data)
+        if len(rows) >= FILES_PER_BATCH or size >= BYTES_PER_BATCH:
+            yield _batch(rows)
+            rows, size = [], 0
+    if rows:
+        yield _batch(rows)
+
+
+def _batch(rows: list[tuple[str, int, bytes]]) -> pa.RecordBatch:
+    paths, mtimes, contents = zip(*rows, strict=True)
+    return pa.RecordBatch.from_arrays([pa.array(paths, pa.string()), pa.array(mtimes, pa.int64()),
+                                       pa.array(contents, pa.binary())], schema=CONTENTS)
+
+
+def max_partition_bytes(spark: SparkSession) -> int:
+    """``spark.sql.files.maxPartitionBytes`` in bytes (the size Spark aims for per task)."""
+    return parse_bytes(spark.conf.get("spark.sql.files.maxPartitionBytes", "128m") or "128m")
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30,
+          "t": 1 << 40, "tb": 1 << 40}
+
+
+def parse_bytes(text: str) -> int:
+    """A Spark size (``134217728``, ``128m``, ``128MB``, ``1g``) in bytes."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    if m is None or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"not a size: {text!r}")
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def group_count(spark: SparkSession, total_bytes: int) -> int:
+    """Whole rounds of tasks (a multiple of the cores) of at most ``maxPartitionBytes`` each."""
+    cores = default_parallelism(spark)
+    return cores * max(1, -(-total_bytes // (cores * max_partition_bytes(spark))))
+
+
+def by_bytes(spark: SparkSession, files: list[FileSpec], storage: Storage) -> FileGroups:
+    """Files packed into groups of about equal bytes (for per-file work)."""
+    return by_cluster(spark, files, {f.path: f.path for f in files}, storage)
+
+
+def by_cluster(spark: SparkSession, files: list[FileSpec], cluster_of: Mapping[str, str],
+               storage: Storage) -> FileGroups:
+    """Files packed into groups of about equal bytes, each cluster's files (``cluster_of``) in one group."""
+    by_key: dict[str, list[FileSpec]] = {}
+    for f in sorted(files, key=lambda f: f.path):
+        by_key.setdefault(cluster_of[f.path], []).append(f)
+    bins = group_count(spark, sum(f.size for f in files))
+    packed = pack({k: sum(f.size for f in fs) for k, fs in by_key.items()}, bins)
+    return FileGroups(tuple(tuple(f for k in g for f in by_key[k]) for g in packed if g), storage)
+
+
+def read_meta_properties(paths: list[str], storage: Storage, threads: int = 16) -> dict[str, MetaProperties]:
+    """Parse ``meta.properties`` files on the driver (a few hundred bytes each; object stores in parallel)."""
+    def one(path: str) -> tuple[str, MetaProperties]:
+        return path, parse_meta_properties(storage.read_bytes(path).decode("utf-8", "replace"))
+
+    if all(is_local(p) for p in paths):
+        return dict(map(one, paths))
+    with ThreadPoolExecutor(threads) as pool:
+        return dict(pool.map(one, paths))
+

@@ -1,0 +1,214 @@
+"""Real services started by the tests and benchmarks, on loopback and free ports: an S3-compatible server
+(moto's), a Spark standalone cluster and a Spark Connect server (from pip pyspark), and ``make dist``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, seconds: float = 60, proc: subprocess.Popen | None = None) -> None:  # type: ignore[type-arg]
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode} before listening on {port}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {seconds} s")
+
+
+S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ALLOW_HTTP")
+
+
+@contextmanager
+def moto_s3(log_dir: Path) -> Iterator[dict[str, str]]:
+    """moto's standalone S3 server on a free loopback port; yields the standard AWS_* variables for it."""
+    exe = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which("moto_server")
+    if exe is None:
+        pytest.skip("moto_server is not installed (pip install 'moto[server]', part of the dev extra)")
+    port = free_port()
+    log = open(log_dir / "moto.log", "wb")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, proc=proc)
+        yield {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "kraftlog-test",
+               "AWS_SECRET_ACCESS_KEY": "kraftlog-test-secret", "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+
+
+@contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``values`` set, restored afterwards."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def create_bucket(env: dict[str, str], bucket: str) -> None:
+    """Create a bucket with a plain S3 CreateBucket request (pyarrow's S3 client, no SDK of our own)."""
+    from pyarrow import fs as pafs
+
+    s3 = pafs.S3FileSystem(endpoint_override=env["AWS_ENDPOINT_URL"], scheme="http", region=env["AWS_REGION"],
+                           access_key=env["AWS_ACCESS_KEY_ID"], secret_key=env["AWS_SECRET_ACCESS_KEY"],
+                           allow_bucket_creation=True)
+    s3.create_dir(bucket)
+
+
+def upload(env: dict[str, str], local: Path, uri: str) -> int:
+    """Copy a local tree to ``s3://bucket/prefix``; returns the number of files."""
+    from kraftlog.storage import Storage, join
+
+    storage = Storage.from_environment(environ=env)
+    n = 0
+    for p in sorted(local.rglob("*")):
+        if p.is_file():
+            storage.write_bytes(join(uri, str(p.relative_to(local))), p.read_bytes())
+            n += 1
+    return n
+
+
+
+# columns that name where or when a run read or wrote, not what the log holds
+VOLATILE = {"run_id", "file", "path", "data_dir", "ingested_at", "modification_time", "winner_file", "loser_file",
+            "started_at", "finished_at", "seconds", "inputs", "writer", "build_id", "built_at"}
+
+
+def table_rows(uri: str, options: dict[str, str] | None = None) -> list[str]:
+    """A Delta table's rows without the ``VOLATILE`` columns, as sorted JSON lines."""
+    import json
+
+    from deltalake import DeltaTable
+
+    t = DeltaTable(uri, storage_options=options).to_pyarrow_table()
+    t = t.drop_columns([c for c in t.column_names if c in VOLATILE])
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in t.to_pylist())
+
+
+def tables(wh: Path) -> list[str]:
+    """The Delta tables of a local warehouse."""
+    return sorted(p.name for p in wh.iterdir() if (p / "_delta_log").is_dir())
+
+
+# -- Spark ---------------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def spark_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for Spark processes: this venv's Python on both sides, loopback only."""
+    return {**os.environ, "SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", **(extra or {})}
+
+
+def make_dist(dest: Path) -> Path:
+    """``make dist`` into ``dest``; returns the packed environment."""
+    run = subprocess.run(["make", "--no-print-directory", "dist", f"DIST={dest}"], cwd=ROOT, env=spark_env(),
+                         capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return dest / "kraftlog-env.tar.gz"
+
+
+def _alive_workers(ui_port: int) -> int:
+    """Workers registered with a standalone master, from its web UI's JSON (0 while the UI is not up yet)."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as r:
+            return int(json.load(r).get("aliveworkers", 0))
+    except OSError:
+        return 0
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:  # type: ignore[type-arg]
+    for p in reversed(procs):
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+@contextmanager
+def standalone_cluster(work: Path, workers: int = 2, cores: int = 1, memory: str = "2g") -> Iterator[str]:
+    """A Spark standalone master and ``workers`` workers, separate JVMs from ``spark-class``; yields the master URL.
+
+    The workers get no ``PYSPARK_PYTHON``: an application's executors use the Python it names
+    (``spark.pyspark.python``, e.g. the packed environment).
+    """
+    spark_class = str(spark_home() / "bin" / "spark-class")
+    port, ui = free_port(), free_port()
+    env = spark_env({"SPARK_LOG_DIR": str(work)})
+    env.pop("PYSPARK_PYTHON")
+    procs = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(port), "--webui-port", str(ui)], env=env,
+                              stdout=open(work / "master.log", "wb"), stderr=subprocess.STDOUT)]  # noqa: SIM115
+    try:
+        wait_for_port(port, 120, procs[0])
+        url = f"spark://127.0.0.1:{port}"
+        for i in range(workers):
+            procs.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores",
+                 str(cores), "--memory", memory, "--webui-port", str(free_port()), "--work-dir", str(work / f"w{i}")],
+                env=env, stdout=open(work / f"worker{i}.log", "wb"), stderr=subprocess.STDOUT))  # noqa: SIM115
+        deadline = time.time() + 120
+        while _alive_workers(ui) < workers:
+            if time.time() > deadline:
+                raise TimeoutError("the standalone workers did not register with the master")
+            time.sleep(1)
+        yield url
+    finally:
+        _stop(procs)
+
+
+@contextmanager
+def connect_server(work: Path, master: str = "local[2]") -> Iterator[str]:
+    """A Spark Connect server (pip pyspark's jar) on a free loopback port; yields its ``sc://`` URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "spark-submit"), "--class",
+         "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", master,
+         "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+         "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
+         "--conf", f"spark.default.parallelism={master[6:-1] if master.startswith('local[') else 2}",
+         "spark-internal"],
+        env=spark_env(), cwd=work, stdout=open(work / "server.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    try:
+        wait_for_port(port, 180, proc)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        _stop([proc])

@@ -1,0 +1,144 @@
+"""kraftlog as a platform team deploys it: spark-submit's settings win, a Spark standalone cluster whose
+executors run the packed environment of ``make dist``, and Spark Connect. Every component is real and started
+here on loopback: the Spark master and workers from pip pyspark's ``spark-class``, a Spark Connect server, and
+an S3-compatible server for the warehouse.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, SAMPLE
+from services import (
+    connect_server,
+    create_bucket,
+    make_dist,
+    moto_s3,
+    spark_env,
+    standalone_cluster,
+    table_rows,
+    tables,
+    upload,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+BIN = Path(sys.executable).parent
+PROBE = Path(__file__).parent / "deploy_probe.py"
+
+
+def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 900) -> str:
+    run = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, (cmd, out[-5000:])
+    return out
+
+
+def _probe(out: str) -> dict[str, Any]:
+    line = next(ln for ln in out.splitlines() if ln.startswith("PROBE "))
+    return dict(json.loads(line[len("PROBE "):]))
+
+
+def _same_as_local(local_wh: Path, wh: str, storage_env: dict[str, str]) -> None:
+    from kraftlog.storage import Storage
+
+    storage = Storage.from_environment(environ=storage_env)
+    for name in [n for n in tables(local_wh) if n != "runs"]:
+        assert table_rows(storage.table_uri(f"{wh}/{name}"), storage.delta_options()) == \
+            table_rows(str(local_wh / name)), name
+
+
+def test_spark_submit_settings_win_over_the_profile(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.toml"
+    profile.write_text('[spark]\nmaster = "local[2]"\n[spark.conf]\n"spark.sql.shuffle.partitions" = "8"\n'
+                       '"spark.sql.files.maxPartitionBytes" = "64m"\n"spark.ui.enabled" = "false"\n')
+    out = _run([str(BIN / "spark-submit"), "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=3",
+                str(PROBE), "--profile", str(profile)], spark_env(), tmp_path)
+    session = _probe(out)["session"]
+    assert "spark.master=local[1] " in session  # spark-submit's, not the profile's local[2]
+    assert "spark.sql.shuffle.partitions=3 " in session
+    assert "spark.sql.files.maxPartitionBytes=64m" in session  # set only by the profile: it applies
+    # the real job, the same way: its log line reads the live session
+    wh = tmp_path / "wh"
+    out = _run([str(BIN / "spark-submit"), "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=3",
+                str(ROOT / "jobs" / "ingest.py"), "--profile", str(profile), "--warehouse", str(wh), str(SAMPLE)],
+               spark_env(), tmp_path)
+    assert "spark.master=local[1] " in out and "spark.sql.shuffle.partitions=3 " in out
+    assert "errors 0" in out
+
+
+# -- a standalone cluster ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def packedspark_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``make dist``: the wheel and the packed environment, built fresh for this run."""
+    env = make_dist(tmp_path_factory.mktemp("dist"))
+    assert env.stat().st_size > 10_000_000 and list(env.parent.glob("kraftlog-*.whl"))
+    return env
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with standalone_cluster(tmp_path_factory.mktemp("standalone"), workers=2) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    with moto_s3(tmp_path_factory.mktemp("moto")) as env:
+        create_bucket(env, "kraftlog")
+        upload(env, SAMPLE, "s3://kraftlog/archive/scenario-a")
+        yield env
+
+
+def test_standalone_cluster_with_the_packed_environment(tmp_path: Path, standalone: str, packed_env: Path,
+                                                        s3: dict[str, str], sample_events: Any) -> None:
+    local_wh, _ = sample_events
+    submit = [str(BIN / "spark-submit"), "--master", standalone, "--archives", f"{packed_env}#env",
+              "--conf", "spark.pyspark.python=./env/bin/python",
+              "--conf", f"spark.pyspark.driver.python={sys.executable}",
+              "--conf", "spark.executor.memory=1g", "--conf", "spark.ui.enabled=false"]
+    env = spark_env(s3)
+    env.pop("PYSPARK_PYTHON")
+    probe = _probe(_run([*submit, str(PROBE)], env, tmp_path))
+    assert probe["session"].startswith(f"spark.master={standalone} ")
+    assert probe["python"] and all(p.endswith("/env/bin/python") and ".venv" not in p for p in probe["python"])
+    assert all("/env/lib/python" in k for k in probe["kraftlog"])  # the wheel installed in the packed env
+    wh = "s3://kraftlog/standalone"
+    out = _run([*submit, str(ROOT / "jobs" / "ingest.py"), "--warehouse", wh, "s3://kraftlog/archive"], env, tmp_path)
+    assert "errors 0" in out
+    _run([*submit, str(ROOT / "jobs" / "reconstruct.py"), "--warehouse", wh, "--verify"], env, tmp_path)
+    _run([*submit, str(ROOT / "jobs" / "analytics.py"), "--warehouse", wh], env, tmp_path)
+    _same_as_local(local_wh, wh, s3)
+
+
+# -- Spark Connect -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with connect_server(tmp_path_factory.mktemp("connect")) as url:
+        yield url
+
+
+def test_spark_connect_runs_every_job(tmp_path: Path, connect: str, sample_events: Any) -> None:
+    local_wh, _ = sample_events
+    env = spark_env({"SPARK_REMOTE": connect})
+    wh = str(tmp_path / "wh")
+    py = sys.executable
+    out = _run([py, str(ROOT / "jobs" / "ingest.py"), "--warehouse", wh, str(SAMPLE)], env, tmp_path)
+    assert "spark: connect" in out and "errors 0" in out
+    _run([py, str(ROOT / "jobs" / "reconstruct.py"), "--warehouse", wh, "--verify"], env, tmp_path)
+    _run([py, str(ROOT / "jobs" / "analytics.py"), "--warehouse", wh], env, tmp_path)
+    out = _run([py, str(ROOT / "jobs" / "report.py"), "--warehouse", wh, "--out-dir", str(tmp_path / "reports")],
+               env, tmp_path)
+    assert (tmp_path / "reports" / "index.html").exists()
+    _same_as_local(local_wh, wh, {})
+    # the CLI too, and the SQL functions register there
+    out = _run([str(BIN / "kraftlog"), "state", "--warehouse", wh, "--kind", "brokers"], env, tmp_path)
+    assert '"brokers"' in out
