@@ -267,6 +267,29 @@ def report(warehouse: str | None, conf_file: str | None, cluster: str | None, st
 
 
 @main.command()
+@click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse).")
+@_PROFILE
+@click.option("--z-order", is_flag=True, help="Z-order by cluster and time instead of compacting.")
+@click.option("--retention-hours", type=float, default=168.0, show_default=True,
+              help="Vacuum files unreferenced for longer than this.")
+@click.option("--no-vacuum", is_flag=True, help="Compact only.")
+def maintain(warehouse: str | None, conf_file: str | None, z_order: bool, retention_hours: float,
+             no_vacuum: bool) -> None:
+    """Table upkeep: compact small files (or z-order), vacuum unreferenced ones; no row changes.
+
+    Holds the warehouse's lease like ingest, reconstruct and analyze.
+    """
+    from kraftlog.lease import WarehouseBusy
+    from kraftlog.spark.maintenance import maintain as run
+
+    _, store, config = _spark_store(warehouse, conf_file)
+    try:
+        click.echo(run(store, config, z_order=z_order, vacuum=not no_vacuum, retention_hours=retention_hours).line())
+    except WarehouseBusy as e:
+        raise click.ClickException(str(e)) from e
+
+
+@main.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.option("--warehouse", help="Verify the ingested tables of this warehouse instead (Spark).")
 @_PROFILE
@@ -343,6 +366,7 @@ def ingest(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None,
     from kraftlog.lease import WarehouseBusy
     from kraftlog.spark.ingest import ingest as run_ingest
     from kraftlog.spark.session import build_session
+    from kraftlog.storage import StorageError
 
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
@@ -350,7 +374,7 @@ def ingest(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None,
     spark = build_session(config)
     try:
         result = run_ingest(spark, list(paths), config)
-    except WarehouseBusy as e:
+    except (WarehouseBusy, StorageError) as e:
         raise click.ClickException(str(e)) from e
     click.echo(result.line())
 

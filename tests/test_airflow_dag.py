@@ -48,8 +48,9 @@ def test_dag_ships_the_packed_environment_when_told(tmp_path: Path, monkeypatch:
 def test_dag_wires_the_jobs_in_order(dag: Any) -> None:
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    assert [t.task_id for t in dag.topological_sort()] == ["ingest", "reconstruct", "analytics", "report"]
-    for up, down in [("ingest", "reconstruct"), ("reconstruct", "analytics"), ("analytics", "report")]:
+    assert [t.task_id for t in dag.topological_sort()] == ["ingest", "reconstruct", "analytics", "report", "maintain"]
+    for up, down in [("ingest", "reconstruct"), ("reconstruct", "analytics"), ("analytics", "report"),
+                     ("report", "maintain")]:
         assert dag.get_task(down).upstream_task_ids == {up}
     for task in dag.tasks:
         assert isinstance(task, SparkSubmitOperator)
@@ -88,7 +89,7 @@ def test_dag_renders_the_data_interval_into_job_arguments(dag: Any) -> None:
 
 @pytest.mark.slow
 def test_dag_runs_end_to_end_with_spark_submit(dag: Any, tmp_path: Path) -> None:
-    """``airflow dags test``: the four tasks run for real (spark-submit on local[2]) over the bundled sample, for
+    """``airflow dags test``: the five tasks run for real (spark-submit on local[2]) over the bundled sample, for
     the 03:00-04:00 interval, and leave the tables and the report of that hour."""
     import os
     import subprocess

@@ -139,6 +139,21 @@ def test_spark_connect_runs_every_job(tmp_path: Path, connect: str, sample_event
                env, tmp_path)
     assert (tmp_path / "reports" / "index.html").exists()
     _same_as_local(local_wh, wh, {})
-    # the CLI too, and the SQL functions register there
+    # the CLI too
     out = _run([str(BIN / "kraftlog"), "state", "--warehouse", wh, "--kind", "brokers"], env, tmp_path)
     assert '"brokers"' in out
+    # and the SQL functions register there (a TopicRecord's bytes, decoded on the server's Python workers)
+    sql = ("from kraftlog.config import Config; from kraftlog.spark.session import build_session; "
+           "from kraftlog.spark.decode import register_functions; s = build_session(Config.load()); "
+           "register_functions(s); print('TYPE', s.sql(\"SELECT kraft_decode(unhex("
+           "'0102000174000000000000000000000000000000010000')).type AS t\").first().t)")
+    assert "TYPE TOPIC_RECORD" in _run([py, "-c", sql], env, tmp_path)
+
+
+def test_the_wheel_carries_the_schemas_and_loads_them_as_a_zip(packed_env: Path, tmp_path: Path) -> None:
+    """``--py-files kraftlog-*.whl``: Python imports kraftlog from the zip and finds the schemas inside it."""
+    wheel = next(packed_env.parent.glob("kraftlog-*.whl"))
+    code = (f"import sys; sys.path.insert(0, {str(wheel)!r}); import kraftlog.schema.registry as r; "
+            "s = r.load_schemas(); print(r.__file__); print(len(s.metadata), len(s.control), r.schema_root())")
+    out = _run([sys.executable, "-c", code], spark_env(), tmp_path)
+    assert f"{wheel}/kraftlog/schema/registry.py" in out and f"{wheel}/kraftlog/_schemas" in out

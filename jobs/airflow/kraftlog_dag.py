@@ -1,6 +1,6 @@
 """Airflow DAG: land the KRaft metadata logs, rebuild the histories, derive the event tables, write a report.
 
-    ingest -> reconstruct -> analytics -> report
+    ingest -> reconstruct -> analytics -> report -> maintain
 
 Each step is a ``SparkSubmitOperator`` running one of kraftlog's spark-submit jobs (``jobs/*.py``) with
 the same profile (``--profile``). Every step is idempotent (ingest adds only new records; the others
@@ -79,7 +79,7 @@ def _job(task_id: str, script: str, args: list[str]) -> SparkSubmitOperator:
 
 with DAG(
     dag_id="kraftlog",
-    description="KRaft metadata logs to Delta tables: ingest, histories, event tables, report",
+    description="KRaft metadata logs to Delta tables: ingest, histories, event tables, report, upkeep",
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),  # runs cover [start, end) of each hour
     start_date=datetime(2026, 1, 1),
     catchup=False,
@@ -95,4 +95,5 @@ with DAG(
         "--to", "{{ data_interval_end.isoformat() }}",
         "--out-dir", REPORTS + "/{{ data_interval_end.strftime('%Y%m%dT%H%M') }}",  # one page per cluster
     ])
-    ingest >> reconstruct >> analytics >> report
+    maintain = _job("maintain", "maintain.py", [])  # compact the hour's small files, vacuum week-old ones
+    ingest >> reconstruct >> analytics >> report >> maintain

@@ -12,22 +12,28 @@ from pathlib import Path
 import pandas as pd
 from deltalake import DeltaTable
 
+from kraftlog.storage import Storage, join, normalize
+
 DEFAULT_WAREHOUSE = "warehouse"
 
 
-def warehouse_path(default: str = DEFAULT_WAREHOUSE) -> Path:
-    """The warehouse a notebook reads: ``$KRAFTLOG_WAREHOUSE``, else ``default`` (relative to the project)."""
-    return Path(os.environ.get("KRAFTLOG_WAREHOUSE", default)).expanduser().resolve()
+def warehouse_path(default: str = DEFAULT_WAREHOUSE) -> str | Path:
+    """The warehouse a notebook reads: ``$KRAFTLOG_WAREHOUSE``, else ``default`` (relative to the project);
+    a URI (``s3://...``) as it is, read with the standard ``AWS_*`` (Azure, Google) variables."""
+    where = os.environ.get("KRAFTLOG_WAREHOUSE", default)
+    return where if "://" in where else Path(where).expanduser().resolve()
 
 
 def read_table(warehouse: str | Path, name: str, cluster: str | None = None,
                columns: list[str] | None = None) -> pd.DataFrame:
     """Table ``name`` of the warehouse (only ``cluster``'s rows if given) as a pandas frame."""
-    path = Path(warehouse) / name
-    if not (path / "_delta_log").is_dir():
-        raise FileNotFoundError(f"{path}: no Delta table (run `kraftlog ingest`, `reconstruct` and `analyze` first)")
+    storage = Storage.from_environment()
+    uri = storage.table_uri(join(normalize(str(warehouse)), name))
+    options = storage.delta_options()
+    if not DeltaTable.is_deltatable(uri, storage_options=options):
+        raise FileNotFoundError(f"{uri}: no Delta table (run `kraftlog ingest`, `reconstruct` and `analyze` first)")
     filters = [("cluster_id", "=", cluster)] if cluster is not None else None
-    return DeltaTable(str(path)).to_pandas(columns=columns, filters=filters)
+    return DeltaTable(uri, storage_options=options).to_pandas(columns=columns, filters=filters)
 
 
 def clusters(warehouse: str | Path) -> list[str]:

@@ -105,7 +105,8 @@ class Manifest:
 
 
 def _stats(t: pa.Table) -> str:
-    """Delta file statistics: numRecords, nullCount, min/max of integer columns and short strings."""
+    """Delta file statistics: numRecords, nullCount, and min/max of every filterable top-level column (integers,
+    floats, timestamps, dates and short strings; not JSON or error text), so readers skip files by any of them."""
     mins: dict[str, Any] = {}
     maxs: dict[str, Any] = {}
     nulls: dict[str, int] = {}
@@ -114,15 +115,37 @@ def _stats(t: pa.Table) -> str:
         if pa.types.is_nested(typ):
             continue
         nulls[name] = column.null_count
-        if column.null_count == len(column):
+        if column.null_count == len(column) or name in FREE_TEXT:
             continue
-        if pa.types.is_integer(typ) or (pa.types.is_string(typ) and name == "cluster_id"):
-            mm = pc.min_max(column)
-            lo, hi = mm["min"].as_py(), mm["max"].as_py()
-            if isinstance(lo, str) and (len(lo) > 64 or len(hi) > 64):
-                continue
-            mins[name], maxs[name] = lo, hi
+        bounds = _bounds(column)
+        if bounds is not None:
+            mins[name], maxs[name] = bounds
     return json.dumps({"numRecords": t.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
+
+
+def _bounds(column: pa.ChunkedArray) -> tuple[Any, Any] | None:
+    """(min, max) of a column as Delta statistics hold them, or None where none are kept."""
+    typ = column.type
+    if pa.types.is_timestamp(typ):  # ISO-8601 in UTC, to the millisecond: min rounded down, max up
+        mm = pc.min_max(column.cast(pa.timestamp("us", tz="UTC")))
+        lo, hi = mm["min"].value, mm["max"].value
+        return _iso_ms(lo // 1000), _iso_ms(-(-hi // 1000))
+    if pa.types.is_date(typ):
+        mm = pc.min_max(column)
+        return mm["min"].as_py().isoformat(), mm["max"].as_py().isoformat()
+    if pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_string(typ):
+        mm = pc.min_max(column)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if isinstance(lo, float) and (lo != lo or hi != hi):  # NaN: no usable bounds
+            return None
+        if isinstance(lo, str) and (len(lo) > 64 or len(hi) > 64):
+            return None  # a truncated max would need a successor string; leave long strings out
+        return lo, hi
+    return None
+
+
+def _iso_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 FREE_TEXT = frozenset({"data_json", "error", "loser_data_json"})
@@ -290,11 +313,11 @@ class _Base:
 
     def parquet_files(self, folder: str) -> list[str]:
         """The URIs of the Parquet files under ``folder`` (a URI), at any depth."""
+        folder = normalize(folder)
         filesystem, path = self.storage.filesystem(folder)
-        prefix = folder[: folder.index("://") + 3] if "://" in folder else "file:"
+        prefix = "file:" if is_local(folder) else folder[: folder.index("://") + 3]  # pyarrow drops the scheme
         infos = filesystem.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-        return sorted(prefix + i.path.lstrip("/") if prefix != "file:" else "file:" + i.path
-                      for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet"))
+        return sorted(prefix + i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet"))
 
     def stage(self, df: DataFrame | FileGroups, tables: list[TableDef], router: Router, run_id: str
               ) -> list[StagedFile]:
