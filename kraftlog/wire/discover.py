@@ -1,7 +1,7 @@
 """Find metadata log files and KRaft data directories, on any file system.
 
 The walk is written against a ``Lister`` (list one directory) so that the same rules serve the local
-tools (``os.scandir``) and the Spark job (Hadoop ``FileSystem``, which also reaches ``s3a://``):
+tools (``os.scandir``) and the Spark jobs (``kraftlog.storage``: pyarrow file systems, local to S3, GCS, Azure, HDFS):
 
 * a directory holding ``__cluster_metadata-0`` is a data directory: its metadata folder is listed,
   ``meta.properties`` and ``bootstrap.checkpoint`` beside it are noted, and nothing else below it is
