@@ -76,7 +76,7 @@ def test_spark_submit_settings_win_over_the_profile(tmp_path: Path) -> None:
 # -- a standalone cluster ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def packedspark_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def packed_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``make dist``: the wheel and the packed environment, built fresh for this run."""
     env = make_dist(tmp_path_factory.mktemp("dist"))
     assert env.stat().st_size > 10_000_000 and list(env.parent.glob("kraftlog-*.whl"))
