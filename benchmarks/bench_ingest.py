@@ -51,6 +51,7 @@ def _decoder_rate(inputs: Path) -> tuple[float, int]:
 def _lander_rate(inputs: Path, out: Path) -> float:
     """One core, no Spark: what the land pass does per file (decode, build columns, write Parquet)."""
     from kraftlog.spark.store import StreamingWriter
+    from kraftlog.storage import Storage
     from kraftlog.tables.definitions import catalog
     from kraftlog.tables.rows import FileIdentity, FileLander, FileRef, KeepSpec
     from kraftlog.wire.discover import log_files
@@ -68,7 +69,8 @@ def _lander_rate(inputs: Path, out: Path) -> float:
             n += chunk["records"].num_rows if "records" in chunk else 0
             for name, table in chunk.items():
                 if name not in writers:
-                    writers[name] = StreamingWriter(name, f"file://{out}/{name}/{attempt}", cat[name].schema, "")
+                    writers[name] = StreamingWriter(name, f"file://{out}/{name}/{attempt}", cat[name].schema, "",
+                                                    Storage())
                 writers[name].write(table)
         for w in writers.values():
             w.close()
