@@ -1,10 +1,10 @@
 """One writer at a time per warehouse: an expiring lease taken with an atomic create-if-absent.
 
-Runs that write a warehouse (ingest, reconstruct, analyze) hold its lease. The lease is a sequence of
+Runs that write a warehouse (ingest, reconstruct, analyze, maintain) hold its lease. The lease is a sequence of
 small JSON objects ``<warehouse>/_kraftlog/lease/<generation>.json``; a run takes generation ``n + 1``
-by creating that object only if it does not exist (``O_EXCL`` on a local disk, a conditional PUT with
-``If-None-Match: *`` on S3, the same on GCS and Azure, through ``obstore``), so of two runs racing
-for it exactly one wins. The holder renews its object's ``expires_at`` while it works and marks it
+by creating that object only if it does not exist (``Storage.create``: a hard link on a local disk, a
+conditional PUT with ``If-None-Match: *`` on S3, the same on GCS and Azure), so of two runs racing for
+it exactly one wins. The holder renews its object's ``expires_at`` while it works and marks it
 ``released`` at the end. A run killed with ``kill -9`` stops renewing: once its lease has expired the
 next run takes the next generation, and rolls the dead run's staged work forward (``TableStore.recover``).
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
-from kraftlog.storage import Storage, is_local, join, local_path, normalize, scheme
+from kraftlog.storage import Storage, join, normalize
 
 log = logging.getLogger("kraftlog")
 
@@ -74,7 +74,7 @@ class Holder:
 
 
 class Lease:
-    """The lease of one warehouse; ``with Lease(...).held():`` around a run that writes it."""
+    """The lease of one warehouse; ``with Lease(...):`` around a run that writes it."""
 
     def __init__(self, storage: Storage, warehouse: str, run: str, purpose: str, ttl_s: float = DEFAULT_TTL_S,
                  wait_s: float = 0.0, poll_s: float = 2.0):
@@ -124,8 +124,7 @@ class Lease:
                                 "(the run was killed)", current.purpose, current.run)
                 generation = (current.generation if current else 0) + 1
                 self.acquired_at = time.time()
-                if create_if_absent(self.storage, join(self.dir, self._name(generation)),
-                                    self._record(generation).to_json()):
+                if self.storage.create(join(self.dir, self._name(generation)), self._record(generation).to_json()):
                     self.generation = generation
                     self._start_renewing()
                     self._prune(generation)
@@ -141,11 +140,15 @@ class Lease:
         """Raise ``LeaseLost`` if another run took the lease (call before committing)."""
         if self.generation is None:
             raise LeaseLost("the lease was not taken")
-        if self._lost is None and any(g > self.generation for g in self.generations()):
+        if self._lost is None and self._superseded():
             self._lost = "a later generation exists"
         if self._lost is not None:
             raise LeaseLost(f"lease {self.generation} of {self.warehouse} lost ({self._lost}): nothing more is "
                             "committed by this run; the next run completes its staged work")
+
+    def _superseded(self) -> bool:
+        """True when another run created a later generation than the one held."""
+        return self.generation is not None and any(g > self.generation for g in self.generations())
 
     def release(self) -> None:
         self._stop.set()
@@ -173,10 +176,10 @@ class Lease:
     def _renew(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
             try:
-                assert self.generation is not None
-                if any(g > self.generation for g in self.generations()):
+                if self._superseded():
                     self._lost = "a later generation exists"
                     return
+                assert self.generation is not None
                 self._write(self._record(self.generation))
             except Exception as e:  # a storage hiccup: try again at the next beat
                 log.warning("could not renew the lease of %s: %s", self.warehouse, e)
@@ -187,59 +190,3 @@ class Lease:
                 filesystem, path = self.storage.filesystem(join(self.dir, self._name(g)))
                 with contextlib.suppress(OSError):
                     filesystem.delete_file(path)
-
-
-def create_if_absent(storage: Storage, uri: str, data: bytes) -> bool:
-    """Create ``uri`` with ``data`` only if nothing is there; False when it already exists. Atomic."""
-    uri = normalize(uri)
-    if is_local(uri):  # written aside, then linked in: the name appears only with its whole content
-        path = local_path(uri)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(tmp)
-        return True
-    if scheme(uri) in ("s3", "gs", "az", "abfs", "abfss"):
-        import obstore
-        from obstore.exceptions import AlreadyExistsError
-
-        store, key = _object_store(storage, uri)
-        try:
-            obstore.put(store, key, data, mode="create")
-        except AlreadyExistsError:
-            return False
-        return True
-    # HDFS and others: no create-if-absent through pyarrow; check, then write (not atomic)
-    log.warning("%s: this file system offers no atomic create; the lease only guards against runs that are "
-                "not started within the same instant", uri)
-    if storage.exists(uri):
-        return False
-    storage.write_bytes(uri, data)
-    return True
-
-
-_S3_CONFIG = {"AWS_ACCESS_KEY_ID": "aws_access_key_id", "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
-              "AWS_SESSION_TOKEN": "aws_session_token", "AWS_REGION": "aws_region",
-              "AWS_DEFAULT_REGION": "aws_default_region", "AWS_ENDPOINT_URL": "aws_endpoint",
-              "AWS_ENDPOINT_URL_S3": "aws_endpoint"}
-
-
-def _object_store(storage: Storage, uri: str) -> tuple[Any, str]:
-    """An obstore store for the bucket or container of ``uri``, and the key inside it."""
-    from obstore.store import from_url
-
-    bucket_end = uri.index("/", uri.index("://") + 3) if uri.count("/") > 2 else len(uri)
-    root, key = uri[:bucket_end], uri[bucket_end:].lstrip("/")
-    if scheme(uri) != "s3":
-        return from_url(root), key
-    config: Any = {_S3_CONFIG[k]: v for k, v in storage.options.items() if k in _S3_CONFIG}
-    config["aws_conditional_put"] = "etag"  # If-None-Match on PUT: S3 (since 2024), MinIO, R2, moto
-    endpoint = storage.options.get("AWS_ENDPOINT_URL_S3") or storage.options.get("AWS_ENDPOINT_URL") or ""
-    options: Any = {"allow_http": endpoint.startswith("http://")}
-    return from_url(root, config=config, client_options=options), key

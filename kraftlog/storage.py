@@ -12,8 +12,10 @@ named ``file:/abs/path``, as Hadoop qualifies it (the form earlier warehouses' l
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +24,8 @@ from urllib.parse import urlsplit
 from pyarrow import fs as pafs
 
 from kraftlog.wire.discover import Entry, Lister, local_lister
+
+log = logging.getLogger("kraftlog")
 
 # the variables read from the environment (and allowed in a profile's [storage] section)
 _OPTION = re.compile(r"^(AWS|AZURE|GOOGLE|HDFS)_[A-Z0-9_]+$")
@@ -98,10 +102,14 @@ class Storage:
     def delta_options(self) -> dict[str, str]:
         """delta-rs ``storage_options``: the same variables (plain-HTTP endpoints allowed, as for a local server)."""
         out = dict(self.options)
-        endpoint = _endpoint(self.options)
-        if endpoint and endpoint.startswith("http://"):
+        if self.endpoint.startswith("http://"):
             out.setdefault("AWS_ALLOW_HTTP", "true")
         return out
+
+    @property
+    def endpoint(self) -> str:
+        """The S3 endpoint the options name ("" for AWS's own)."""
+        return self.options.get("AWS_ENDPOINT_URL_S3") or self.options.get("AWS_ENDPOINT_URL") or ""
 
     def table_uri(self, uri: str) -> str:
         """The URI delta-rs opens: a local path for ``file:``, else the normalized URI."""
@@ -144,11 +152,7 @@ class Storage:
         uri = normalize(uri)
         if is_local(uri):
             path = local_path(uri)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.{id(data)}.tmp"
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
+            os.replace(_write_aside(path, data), path)
             return
         filesystem, path = self.filesystem(uri)
         parent = path.rsplit("/", 1)[0]
@@ -156,6 +160,51 @@ class Storage:
             filesystem.create_dir(parent, recursive=True)
         with filesystem.open_output_stream(path) as out:
             out.write(data)
+
+    def create(self, uri: str, data: bytes) -> bool:
+        """Create ``uri`` with ``data`` only if nothing is there; False when it already exists. Atomic on a
+        local disk (written aside, then hard-linked in), S3 (``If-None-Match: *``), GCS and Azure (obstore)."""
+        uri = normalize(uri)
+        if is_local(uri):
+            path = local_path(uri)
+            tmp = _write_aside(path, data)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
+            return True
+        if scheme(uri) in ("s3", "gs", "az", "abfs", "abfss"):
+            import obstore
+            from obstore.exceptions import AlreadyExistsError
+
+            store, key = self._object_store(uri)
+            try:
+                obstore.put(store, key, data, mode="create")
+            except AlreadyExistsError:
+                return False
+            return True
+        # HDFS and others: no create-if-absent through pyarrow; check, then write (not atomic)
+        log.warning("%s: this file system offers no atomic create; the lease only guards against runs that are "
+                    "not started within the same instant", uri)
+        if self.exists(uri):
+            return False
+        self.write_bytes(uri, data)
+        return True
+
+    def _object_store(self, uri: str) -> tuple[Any, str]:
+        """An obstore store for the bucket or container of ``uri``, and the key inside it."""
+        from obstore.store import from_url
+
+        bucket_end = uri.index("/", uri.index("://") + 3) if uri.count("/") > 2 else len(uri)
+        root, key = uri[:bucket_end], uri[bucket_end:].lstrip("/")
+        if scheme(uri) != "s3":
+            return from_url(root), key
+        config: Any = {_S3_CONFIG[k]: v for k, v in self.options.items() if k in _S3_CONFIG}
+        config["aws_conditional_put"] = "etag"  # If-None-Match on PUT: S3 (since 2024), MinIO, R2, moto
+        options: Any = {"allow_http": self.endpoint.startswith("http://")}
+        return from_url(root, config=config, client_options=options), key
 
     def exists(self, uri: str) -> bool:
         filesystem, path = self.filesystem(uri)
@@ -166,8 +215,20 @@ class Storage:
         return bool(filesystem.get_file_info(path).type == pafs.FileType.Directory)
 
 
-def _endpoint(options: Mapping[str, str]) -> str | None:
-    return options.get("AWS_ENDPOINT_URL_S3") or options.get("AWS_ENDPOINT_URL")
+def _write_aside(path: str, data: bytes) -> str:
+    """``data`` written to a temporary file beside ``path`` (its folder created); returns the temporary path."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    return tmp
+
+
+# obstore's names for the standard S3 variables
+_S3_CONFIG = {"AWS_ACCESS_KEY_ID": "aws_access_key_id", "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
+              "AWS_SESSION_TOKEN": "aws_session_token", "AWS_REGION": "aws_region",
+              "AWS_DEFAULT_REGION": "aws_default_region", "AWS_ENDPOINT_URL": "aws_endpoint",
+              "AWS_ENDPOINT_URL_S3": "aws_endpoint"}
 
 
 @functools.lru_cache(maxsize=8)
@@ -175,7 +236,7 @@ def _s3(options: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
     """One pyarrow S3 file system per set of options (pyarrow does not read AWS_ENDPOINT_URL itself)."""
     o = dict(options)
     kwargs: dict[str, Any] = {}
-    endpoint = _endpoint(o)
+    endpoint = Storage(o).endpoint
     if endpoint:
         kwargs["endpoint_override"] = endpoint
         kwargs["scheme"] = urlsplit(endpoint).scheme or "https"

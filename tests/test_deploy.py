@@ -16,14 +16,13 @@ from typing import Any
 import pytest
 from conftest import ROOT, SAMPLE
 from services import (
+    assert_same_tables,
     connect_server,
     create_bucket,
     make_dist,
     moto_s3,
     spark_env,
     standalone_cluster,
-    table_rows,
-    tables,
     upload,
 )
 
@@ -43,15 +42,6 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 900) -
 def _probe(out: str) -> dict[str, Any]:
     line = next(ln for ln in out.splitlines() if ln.startswith("PROBE "))
     return dict(json.loads(line[len("PROBE "):]))
-
-
-def _same_as_local(local_wh: Path, wh: str, storage_env: dict[str, str]) -> None:
-    from kraftlog.storage import Storage
-
-    storage = Storage.from_environment(environ=storage_env)
-    for name in [n for n in tables(local_wh) if n != "runs"]:
-        assert table_rows(storage.table_uri(f"{wh}/{name}"), storage.delta_options()) == \
-            table_rows(str(local_wh / name)), name
 
 
 def test_spark_submit_settings_win_over_the_profile(tmp_path: Path) -> None:
@@ -115,7 +105,7 @@ def test_standalone_cluster_with_the_packed_environment(tmp_path: Path, standalo
     assert "errors 0" in out
     _run([*submit, str(ROOT / "jobs" / "reconstruct.py"), "--warehouse", wh, "--verify"], env, tmp_path)
     _run([*submit, str(ROOT / "jobs" / "analytics.py"), "--warehouse", wh], env, tmp_path)
-    _same_as_local(local_wh, wh, s3)
+    assert_same_tables(local_wh, wh, s3)
 
 
 # -- Spark Connect -----------------------------------------------------------------------------------------
@@ -138,7 +128,7 @@ def test_spark_connect_runs_every_job(tmp_path: Path, connect: str, sample_event
     out = _run([py, str(ROOT / "jobs" / "report.py"), "--warehouse", wh, "--out-dir", str(tmp_path / "reports")],
                env, tmp_path)
     assert (tmp_path / "reports" / "index.html").exists()
-    _same_as_local(local_wh, wh, {})
+    assert_same_tables(local_wh, wh, {})
     # the CLI too
     out = _run([str(BIN / "kraftlog"), "state", "--warehouse", wh, "--kind", "brokers"], env, tmp_path)
     assert '"brokers"' in out

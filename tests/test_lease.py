@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kraftlog.lease import Lease, LeaseLost, WarehouseBusy, create_if_absent
+from kraftlog.lease import Lease, LeaseLost, WarehouseBusy
 from kraftlog.storage import Storage
 
 
@@ -81,6 +81,20 @@ def test_of_runs_racing_for_a_lease_exactly_one_wins(tmp_path: Path) -> None:
 
 def test_create_if_absent_is_exclusive(tmp_path: Path) -> None:
     target = f"file:{tmp_path}/x/y.json"
-    assert create_if_absent(Storage(), target, b"1")
-    assert not create_if_absent(Storage(), target, b"2")
+    assert Storage().create(target, b"1")
+    assert not Storage().create(target, b"2")
     assert (tmp_path / "x" / "y.json").read_bytes() == b"1"
+
+
+def test_a_store_checks_the_lease_only_while_the_run_holds_it(tmp_path: Path) -> None:
+    from kraftlog.config import Config
+    from kraftlog.spark.store import DeltaRsStore, Manifest, writing
+
+    store = DeltaRsStore(None, str(tmp_path))  # type: ignore[arg-type]  # commits need no Spark
+    with writing(store, Config.load(), "run-a", "ingest") as lease:
+        assert store.lease is lease
+        Storage().create(f"file:{tmp_path}/_kraftlog/lease/{(lease.generation or 0) + 1:020d}.json", b"{}")
+        with pytest.raises(LeaseLost):  # another run took the warehouse: this one commits nothing more
+            store.commit(Manifest("run-a", 1))
+    assert store.lease is None
+    store.commit(Manifest("run-b", 2))  # after the run, the store is not tied to its released lease

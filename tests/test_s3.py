@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from conftest import SAMPLE
-from services import create_bucket, environment, moto_s3, table_rows, tables, upload
+from services import assert_same_tables, create_bucket, environment, moto_s3, upload
 
 pytestmark = pytest.mark.spark
 
@@ -49,11 +49,7 @@ def test_the_pipeline_on_s3_equals_the_local_run(spark: Any, sample_events: Any,
     storage = Storage.from_environment(environ=s3)
     page = storage.read_bytes("s3://kraftlog/reports/scenario-a.html").decode()
     assert page.startswith("<!DOCTYPE html>") and "<td>unclean</td>" in page
-    options = storage.delta_options()
-    names = [n for n in tables(local_wh) if n != "runs"]
-    assert len(names) > 40
-    for name in names:
-        assert table_rows(f"{wh}/{name}", options) == table_rows(str(local_wh / name)), name
+    assert assert_same_tables(local_wh, wh, s3) > 40
     # the notebooks' pandas reader takes the S3 warehouse as it is
     from kraftlog.analytics.frames import read_table
 

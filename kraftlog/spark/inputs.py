@@ -50,11 +50,15 @@ class FileGroups:
         n = len(self.groups)
         return spark.range(0, n, 1, max(n, 1))
 
-    def contents(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Executor side: the files of the groups named by ``batches`` (``CONTENTS``), a few per batch."""
+    def files(self, batches: Iterable[pa.RecordBatch]) -> Iterator[FileSpec]:
+        """Executor side: the files of the groups named by ``batches`` (rows of ``frame``)."""
         for b in batches:
             for group in b.column("id").to_pylist():
-                yield from read_contents(self.groups[group], self.storage)
+                yield from self.groups[group]
+
+    def contents(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Executor side: the files of the groups named by ``batches`` (``CONTENTS``), a few per batch."""
+        return read_contents(self.files(batches), self.storage)
 
     def map(self, spark: SparkSession, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
             schema: pa.Schema) -> DataFrame:

@@ -26,6 +26,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -605,13 +606,11 @@ def read_parquet_with_pyarrow(spark: SparkSession, uris: list[str], schema: Any,
     groups = FileGroups(tuple(tuple(FileSpec(u, 0, 0) for u in uris[i::n]) for i in range(n)), storage)
 
     def read(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            for group in b.column("id").to_pylist():
-                for f in groups.groups[group]:
-                    filesystem, path = storage.filesystem(f.path)
-                    with filesystem.open_input_file(path) as fh:
-                        data = pq.read_table(fh, columns=arrow_schema.names)
-                    yield from data.cast(arrow_schema).to_batches(max_chunksize=65536)
+        for f in groups.files(batches):
+            filesystem, path = storage.filesystem(f.path)
+            with filesystem.open_input_file(path) as fh:
+                data = pq.read_table(fh, columns=arrow_schema.names)
+            yield from data.cast(arrow_schema).to_batches(max_chunksize=65536)
 
     return groups.frame(spark).mapInArrow(read, schema)
 
@@ -654,13 +653,19 @@ def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
-def writing(store: TableStore, config: Config, run_id: str, purpose: str) -> Lease:
-    """The warehouse's lease for a run of ``purpose`` that writes through ``store`` (whose commits check it).
+@contextmanager
+def writing(store: TableStore, config: Config, run_id: str, purpose: str) -> Iterator[Lease]:
+    """Hold the warehouse's lease for a run of ``purpose`` that writes through ``store``; its commits check it.
 
-    Use as ``with writing(store, config, run_id, "ingest"): ...``: a concurrent run waits for the lease up
-    to ``[warehouse] lease_wait_seconds``, then fails with ``kraftlog.lease.WarehouseBusy``.
+    ``with writing(store, config, run_id, "ingest"): ...``: a concurrent run waits for the lease up to
+    ``[warehouse] lease_wait_seconds``, then fails with ``kraftlog.lease.WarehouseBusy``. On exit the lease
+    is released and the store no longer checks it.
     """
     held = Lease(store.storage, store.warehouse, run_id, purpose, ttl_s=config.lease_ttl_seconds,
                  wait_s=config.lease_wait_seconds)
-    store.lease = held
-    return held
+    with held:
+        store.lease = held
+        try:
+            yield held
+        finally:
+            store.lease = None
