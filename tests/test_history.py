@@ -102,7 +102,7 @@ def test_histories_of_the_sample_equal_the_sequential_replay(spark: Any, sample:
     assert "valid_to_offset" in {f.name for f in dt.schema().fields}
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                                   HealthCheck.function_scoped_fixture])
 @given(generated=clusters())
 def test_spark_histories_equal_a_sequential_replay_for_random_logs(spark: Any, tmp_path_factory: Any,

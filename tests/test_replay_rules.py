@@ -1,10 +1,9 @@
 """Pure rules shared by the local and the Spark replay: where replay starts, which snapshots it reaches,
-metadata transactions from their markers, and the redacted form of secret identifiers."""
+and the redacted form of secret identifiers."""
 
 from __future__ import annotations
 
 from kraftlog.state.bases import Base, SnapshotRef, choose_base, parse_snapshot_id, run_start, snapshot_reach
-from kraftlog.state.transactions import ABORT, BEGIN, END, Transaction, transactions
 from kraftlog.wire.redact import fingerprint
 
 
@@ -55,19 +54,6 @@ def test_which_snapshots_replay_reaches() -> None:
 def test_snapshot_ids() -> None:
     assert parse_snapshot_id("00000000000000001835-0000000003") == (1835, 3)
     assert parse_snapshot_id("bootstrap.checkpoint") is None
-
-
-def test_transactions_from_markers() -> None:
-    txns, problems = transactions([(5, 50, BEGIN), (9, 90, END), (12, 120, BEGIN), (14, 140, ABORT)])
-    assert txns == [Transaction(5, 9, 90, True), Transaction(12, 14, 140, False)] and problems == []
-
-
-def test_nested_begin_orphan_end_and_open_transaction() -> None:
-    txns, problems = transactions([(1, 0, END), (2, 0, BEGIN), (3, 0, BEGIN), (6, 60, END), (8, 0, BEGIN)])
-    assert txns == [Transaction(2, 6, 60, True), Transaction(8, None, None, False)]
-    assert len(problems) == 3
-    assert "without BeginTransaction" in problems[0] and "inside the transaction begun at 2" in problems[1]
-    assert "still open" in problems[2]
 
 
 def test_secret_identifiers_keep_a_stable_fingerprint() -> None:

@@ -183,8 +183,12 @@ def test_a_committed_transaction_applies_at_its_end_and_an_aborted_one_not_at_al
 
 def test_nested_begin_and_orphan_end_are_reported() -> None:
     r = run(ev(0, "BEGIN_TRANSACTION_RECORD", name="a"), ev(1, "BEGIN_TRANSACTION_RECORD", name="b"),
-            ev(2, "END_TRANSACTION_RECORD"), ev(3, "END_TRANSACTION_RECORD"))
-    assert "inside the transaction" in r.problems[0] and "without BeginTransaction" in r.problems[1]
+            ev(2, "END_TRANSACTION_RECORD"), ev(3, "END_TRANSACTION_RECORD"), ev(4, "ABORT_TRANSACTION_RECORD"),
+            ev(5, "BEGIN_TRANSACTION_RECORD", name="c"))
+    assert "inside the transaction begun at 0" in r.problems[0]
+    assert "EndTransaction without BeginTransaction" in r.problems[1]
+    assert "AbortTransaction without BeginTransaction" in r.problems[2]
+    assert r.open_transaction == 5 and "still open" in r.problems[3]
 
 
 def test_a_snapshot_replaces_the_image_except_the_producer_id_mark() -> None:

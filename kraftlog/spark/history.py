@@ -1,8 +1,9 @@
 """Entity histories on the landed tables: build, state at any offset or time, diffs, verification.
 
-``build_histories`` turns the ``records`` and typed tables into one history DataFrame per entity
-kind (``kraftlog.state.entities``), in Spark (``replay`` + ``entity_states``); ``reconstruct`` writes
-them as Delta tables ``<kind>_history`` plus ``replay_ranges``, each replaced in one commit.
+``build_histories`` replays the ``records`` and typed tables of each cluster on the executors
+(``kraftlog.spark.replay``, running the replayer of ``kraftlog.state``) into one history per entity
+kind (``kraftlog.state.entities``); ``reconstruct`` writes them as Delta tables ``<kind>_history``
+plus ``replay_ranges``, each replaced in one commit.
 
 Queries read the history tables: ``state_at`` (the versions valid at an offset), ``offset_at`` (the
 offset of a time), ``diff`` and ``verify_tables`` (the histories at every reachable snapshot
@@ -11,24 +12,30 @@ against the snapshot's own contents, which are built as pseudo-clusters ``<clust
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-import pyarrow as pa
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.config import Config
-from kraftlog.schema.registry import load_schemas
-from kraftlog.spark.entity_states import Inputs, states, versions
-from kraftlog.spark.replay import Applied, ClusterBase, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
-from kraftlog.spark.store import TableStore, new_run_id, spark_schema, store_for, writing
-from kraftlog.state.entities import BY_NAME, KINDS, history_tables, replay_ranges_table
+from kraftlog.spark.replay import (
+    ClusterBase,
+    TableSource,
+    cluster_bases,
+    output_tables,
+    pseudo_cluster,
+    replayed,
+    snapshot_bases,
+)
+from kraftlog.spark.store import TableStore, new_run_id, store_for, writing
+from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
 from kraftlog.state.local import Difference, SnapshotCheck
 from kraftlog.state.replay import Image
 from kraftlog.tables.definitions import catalog
@@ -40,42 +47,29 @@ History = dict[str, DataFrame]  # entity kind -> history rows
 
 @dataclass
 class HistoryBuild:
-    """The histories of a set of clusters (lazy DataFrames) and how each replay was based."""
+    """The replays of a set of clusters: their rows (lazy) and how each replay was based."""
 
     bases: list[ClusterBase]
-    histories: History
-    inputs: Inputs
+    rows: DataFrame  # history and replay_ranges rows, in the layout of ``combined_schema(output_tables())``
 
-    def ranges(self, build_id: str) -> pa.Table:
-        """The ``replay_ranges`` rows."""
-        rows = []
-        now = datetime.now(UTC)
-        for b in self.bases:
-            snap = b.base.snapshot
-            still_open = [t.begin for t in b.transactions if t.close is None]
-            rows.append({
-                "cluster_id": b.cluster_id, "base_snapshot_id": snap.snapshot_id if snap else None,
-                "base_offset": snap.offset if snap else None,
-                "base_timestamp": datetime.fromtimestamp(snap.timestamp / 1000, UTC) if snap else None,
-                "first_offset": b.base.first if b.last is not None else None, "last_offset": b.last,
-                "last_timestamp": b.last_ts, "open_transaction_offset": still_open[0] if still_open else None,
-                "transaction_problems": sum(1 for p in b.problems if "Transaction" in p),
-                "problems": b.problems, "build_id": build_id, "built_at": now})
-        return pa.Table.from_pylist(rows, schema=replay_ranges_table().schema)
+    @functools.cached_property
+    def histories(self) -> History:
+        """One DataFrame per entity kind (the rows are computed once and kept until ``release``)."""
+        rows = self.rows.persist(StorageLevel.MEMORY_AND_DISK)
+        return {kind: rows.filter(F.col("_table") == t.name).select(f"{t.name}.*")
+                for kind, t in history_tables().items()}
 
     def release(self) -> None:
         """Drop what the build cached."""
-        self.inputs.release()
+        self.rows.unpersist()
 
 
 def build_histories(spark: SparkSession, table: TableSource, clusters: list[str] | None = None,
-                    snapshots: bool = False) -> HistoryBuild:
+                    snapshots: bool = False, build_id: str = "") -> HistoryBuild:
     """Histories of every cluster (or of ``clusters``); with ``snapshots``, also of each reachable snapshot."""
     bases = cluster_bases(table, clusters)
     every = bases + (snapshot_bases(bases) if snapshots else [])
-    inputs = Inputs(Applied(spark, table, every), load_schemas().enums)
-    histories = {k.name: versions(states(inputs, k.name), k.name) for k in KINDS}
-    return HistoryBuild(every, histories, inputs)
+    return HistoryBuild(every, replayed(spark, table, every, build_id))
 
 
 def landed(store: TableStore) -> TableSource:
@@ -110,15 +104,8 @@ def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = 
 def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters: list[str] | None
                  ) -> ReconstructResult:
     t0 = time.time()
-    build = build_histories(spark, landed(store), clusters)
-    try:
-        tables = history_tables()
-        ranges = replay_ranges_table()
-        frames = [(tables[kind], df) for kind, df in build.histories.items()]
-        frames.append((ranges, spark.createDataFrame(build.ranges(build_id), spark_schema(ranges))))
-        rows = store.replace(frames, build_id, cluster_predicate(clusters))
-    finally:
-        build.release()
+    build = build_histories(spark, landed(store), clusters, build_id=build_id)
+    rows = store.replace_rows(build.rows, output_tables(), build_id, cluster_predicate(clusters))
     for name, n in rows.items():
         log.info("%s: %d rows", name, n)
     return ReconstructResult(build_id, len(build.bases), rows, time.time() - t0)
@@ -313,7 +300,6 @@ def verify_build(spark: SparkSession, build: HistoryBuild) -> list[tuple[str, li
         left: History = {}
         right: History = {}
         for kind, df in build.histories.items():
-            df = build.inputs.cache(df)  # read by both sides of the comparison
             valid = (F.col("valid_from_offset") <= F.col("at")) & (
                 F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > F.col("at")))
             left[kind] = df.join(points, "cluster_id").filter(valid).withColumn("cluster_id", F.col("pseudo"))

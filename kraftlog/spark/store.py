@@ -38,6 +38,7 @@ from pyarrow import fs as pafs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StringType, StructField, StructType
 
 from kraftlog.config import Config
 from kraftlog.lease import Lease
@@ -273,6 +274,8 @@ class TableStore(Protocol):
     def commit(self, manifest: Manifest) -> None: ...
     def replace(self, frames: list[tuple[TableDef, DataFrame]], build_id: str, where: str | None = None
                 ) -> dict[str, int]: ...
+    def replace_rows(self, combined: DataFrame, tables: list[TableDef], build_id: str, where: str | None = None
+                     ) -> dict[str, int]: ...
     def recover(self) -> list[Manifest]: ...
     def discard_staging(self, run_id: str) -> None: ...
 
@@ -357,17 +360,21 @@ class _Base:
         ``where`` (a SQL predicate, e.g. on cluster_id) only the rows matching it are replaced.
         """
         tables = [t for t, _ in frames]
-        for t in tables:
-            self.ensure(t)
-        structs = {t.name: spark_schema(t) for t in tables}
+        slots = combined_schema(tables).fields[1:]
         combined = None
         for t, df in frames:
             part = df.select(F.lit(t.name).alias("_table"), *[
-                (F.struct(*t.columns) if other == t.name else F.lit(None).cast(st)).alias(other)
-                for other, st in structs.items()])
+                (F.struct(*t.columns) if other.name == t.name else F.lit(None).cast(other.dataType)).alias(other.name)
+                for other in slots])
             combined = part if combined is None else combined.unionByName(part)
         assert combined is not None
-        combined = combined.coalesce(max(1, default_parallelism(self.spark)))
+        return self.replace_rows(combined.coalesce(max(1, default_parallelism(self.spark))), tables, build_id, where)
+
+    def replace_rows(self, combined: DataFrame, tables: list[TableDef], build_id: str, where: str | None = None
+                     ) -> dict[str, int]:
+        """``replace`` for rows already in the layout of ``combined_schema(tables)``."""
+        for t in tables:
+            self.ensure(t)
         files = self.stage(combined, tables, _split([t.name for t in tables]), build_id)
         for t in tables:
             self._overwrite(t, [f for f in files if f.table == t.name], build_id, where)
@@ -574,6 +581,13 @@ class DeltaSparkStore(_Base):
         self.discard_staging(build_id)
         if self.after_commit:
             self.after_commit(table.name)
+
+
+def combined_schema(tables: list[TableDef]) -> Any:
+    """Rows of several tables in one DataFrame: ``_table`` names the table, one struct column per table holds
+    the row (the others are null)."""
+    return StructType([StructField("_table", StringType(), False),
+                       *[StructField(t.name, spark_schema(t), True) for t in tables]])
 
 
 def _split(names: list[str]) -> Router:

@@ -1,52 +1,81 @@
-"""Entity histories from a sequential replay: the reference the Spark histories are tested against.
-
-The rules, shared with ``kraftlog.spark.history``:
+"""Entity histories from replay changes: one rule for the local commands and the Spark build.
 
 * the changes of one entity at one effective offset (a metadata transaction applies all its records
   at its End) collapse to the last one;
 * a change that leaves the entity as it was is not a version;
 * each version holds from its offset until the next version of the same entity (``ended_by``
   ``update``) or its deletion (``delete``); the current version has no end.
+
+``Versions`` applies these rules as changes stream in (offset order), handing each version over as
+soon as it is closed: it holds one step per entity, so its memory follows the image, not the log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kraftlog.state.entities import BY_NAME
 from kraftlog.state.replay import Change, Key, Value
 
 Version = dict[str, Any]
+Step = tuple[int, int, Value | None]  # effective offset, timestamp (ms), value (None: deleted)
+
+
+class Versions:
+    """History rows (``<kind>_history`` columns, timestamps in ms) of one cluster from its replay changes.
+
+    ``emit(kind, row)`` receives each version once it is closed, and the current ones at ``finish``.
+    """
+
+    def __init__(self, cluster_id: str, emit: Callable[[str, Version], None]):
+        self.cluster_id = cluster_id
+        self.emit = emit
+        self._last: dict[tuple[str, Key], Step] = {}  # the last step that made a version (or deleted one)
+        self._pending: dict[tuple[str, Key], Step] = {}  # the latest change, while more may share its offset
+
+    def add(self, c: Change) -> None:
+        """Take one change (changes arrive in effective offset order)."""
+        entity = (c.kind, c.key)
+        pending = self._pending.get(entity)
+        if pending is not None and pending[0] != c.offset:
+            self._settle(entity, pending)
+        self._pending[entity] = (c.offset, c.timestamp, c.value)
+
+    def finish(self) -> None:
+        """End of the input: settle every pending change and emit the current versions."""
+        for entity, step in self._pending.items():
+            self._settle(entity, step)
+        self._pending.clear()
+        for (kind, key), (offset, ts, value) in self._last.items():
+            if value is not None:
+                self.emit(kind, self._row(kind, key, offset, ts, value, None))
+        self._last.clear()
+
+    def _settle(self, entity: tuple[str, Key], step: Step) -> None:
+        last = self._last.get(entity)
+        if step[2] == (last[2] if last is not None else None):
+            return  # no change: not a version
+        if last is not None and last[2] is not None:
+            self.emit(entity[0], self._row(entity[0], entity[1], last[0], last[1], last[2], step))
+        self._last[entity] = step
+
+    def _row(self, kind: str, key: Key, offset: int, ts: int, value: Value, nxt: Step | None) -> Version:
+        spec = BY_NAME[kind]
+        return {
+            "cluster_id": self.cluster_id, **dict(zip(spec.key_names, key, strict=True)),
+            **{f: value.get(f) for f in spec.value_names},
+            "valid_from_offset": offset, "valid_to_offset": nxt[0] if nxt else None,
+            "valid_from": ts, "valid_to": nxt[1] if nxt else None,
+            "ended_by": None if nxt is None else ("update" if nxt[2] is not None else "delete"),
+        }
 
 
 def versions(changes: Iterable[Change], cluster_id: str) -> dict[str, list[Version]]:
-    """History rows per entity kind (``<kind>_history`` columns; timestamps in ms) from replay changes."""
-    per_entity: dict[tuple[str, Key], list[tuple[int, int, Value | None]]] = {}
-    for c in changes:
-        steps = per_entity.setdefault((c.kind, c.key), [])
-        if steps and steps[-1][0] == c.offset:
-            steps[-1] = (c.offset, c.timestamp, c.value)
-        else:
-            steps.append((c.offset, c.timestamp, c.value))
+    """Every history row per entity kind from a cluster's replay changes."""
     out: dict[str, list[Version]] = {k: [] for k in BY_NAME}
-    for (kind, key), steps in per_entity.items():
-        spec = BY_NAME[kind]
-        kept: list[tuple[int, int, Value | None]] = []
-        previous: Value | None = None
-        for step in steps:
-            if step[2] != previous:
-                kept.append(step)
-            previous = step[2]
-        for i, (offset, ts, value) in enumerate(kept):
-            if value is None:
-                continue
-            nxt = kept[i + 1] if i + 1 < len(kept) else None
-            out[kind].append({
-                "cluster_id": cluster_id, **dict(zip(spec.key_names, key, strict=True)),
-                **{f: value.get(f) for f in spec.value_names},
-                "valid_from_offset": offset, "valid_to_offset": nxt[0] if nxt else None,
-                "valid_from": ts, "valid_to": nxt[1] if nxt else None,
-                "ended_by": None if nxt is None else ("update" if nxt[2] is not None else "delete"),
-            })
+    history = Versions(cluster_id, lambda kind, row: out[kind].append(row))
+    for c in changes:
+        history.add(c)
+    history.finish()
     return out

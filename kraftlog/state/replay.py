@@ -20,6 +20,7 @@ collected in ``problems`` and the record is skipped.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -28,6 +29,9 @@ from typing import Any
 from kraftlog.schema.registry import load_schemas
 from kraftlog.state.entities import KINDS, MIGRATING, UNASSIGNED
 from kraftlog.wire.messages import Decoded
+
+BEGIN, END, ABORT = "BEGIN_TRANSACTION_RECORD", "END_TRANSACTION_RECORD", "ABORT_TRANSACTION_RECORD"
+MARKERS = (BEGIN, END, ABORT)
 
 Key = tuple[Any, ...]
 Value = dict[str, Any]
@@ -67,9 +71,11 @@ class Image:
         return Image({k: dict(v) for k, v in self.entities.items()}, self.offset, self.timestamp)
 
 
-def _is_control(d: Decoded) -> bool:
-    """KRaft control records (voters, kraft.version) belong to the Raft layer, not to metadata transactions."""
-    return d.spec is not None and d.spec.kind == "control"
+@functools.cache
+def control_types() -> frozenset[str]:
+    """Names of the KRaft control records (voters, kraft.version, ...): they belong to the Raft layer, not to
+    metadata transactions, and always apply at their own offset."""
+    return frozenset(m.dump_name for m in load_schemas().messages if m.kind == "control" and m.dump_name)
 
 
 def _sorted_by_name(items: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -106,12 +112,15 @@ def _directories_from(replicas: list[int], directories: list[str], new_replicas:
 class Replayer:
     """Applies events to an ``Image`` and reports every entity change to ``on_change``."""
 
+    HASHED = frozenset({"USER_SCRAM_CREDENTIAL_RECORD"})  # types whose Event.value_hash the image keeps
+
     def __init__(self, on_change: Callable[[Change], None] | None = None):
         self.image = Image()
         self.on_change = on_change
         self.problems: list[str] = []
         self._txn: list[Event] | None = None
         self._txn_begin: int | None = None
+        self._control = control_types()
         self._mv_names = load_schemas().enums["metadataVersion"]
         self._zk_names = load_schemas().enums["zkMigrationState"]
         self._dispatch: dict[str | None, Callable[[Value, int, int, int | None], object]] = {
@@ -162,8 +171,7 @@ class Replayer:
         self._txn, self._txn_begin = None, None
         for ev in events:
             d = ev.decoded
-            if d.status == "ok" and d.type not in ("BEGIN_TRANSACTION_RECORD", "END_TRANSACTION_RECORD",
-                                                   "ABORT_TRANSACTION_RECORD"):
+            if d.status == "ok" and d.type not in MARKERS:
                 self._apply(ev, offset, timestamp)
         # entities of the old image absent from the snapshot are removed (finishSnapshot) ...
         for kind, entities in old.entities.items():
@@ -177,24 +185,24 @@ class Replayer:
         """Apply one log record (transactions buffered until their End)."""
         d = ev.decoded
         t = d.type
-        if t == "BEGIN_TRANSACTION_RECORD":
+        if t == BEGIN:
             if self._txn is not None:
                 self.problems.append(f"offset {ev.offset}: BeginTransaction inside the transaction begun at "
                                      f"{self._txn_begin}")
                 return
             self._txn, self._txn_begin = [], ev.offset
-        elif t == "END_TRANSACTION_RECORD":
+        elif t == END:
             if self._txn is None:
                 self.problems.append(f"offset {ev.offset}: EndTransaction without BeginTransaction")
             else:
                 buffered, self._txn, self._txn_begin = self._txn, None, None
                 for b in buffered:
                     self._apply(b, ev.offset, ev.timestamp)
-        elif t == "ABORT_TRANSACTION_RECORD":
+        elif t == ABORT:
             if self._txn is None:
                 self.problems.append(f"offset {ev.offset}: AbortTransaction without BeginTransaction")
             self._txn, self._txn_begin = None, None
-        elif self._txn is not None and not _is_control(d):
+        elif self._txn is not None and t not in self._control:
             self._txn.append(ev)
         else:
             self._apply(ev, ev.offset, ev.timestamp)
@@ -209,6 +217,12 @@ class Replayer:
     @property
     def open_transaction(self) -> int | None:
         return self._txn_begin
+
+    @staticmethod
+    @functools.cache
+    def record_types() -> frozenset[str]:
+        """The record types replay reads (every other type leaves the image as it is)."""
+        return frozenset(t for t in Replayer()._dispatch if t) | frozenset(MARKERS)
 
     # -- dispatch -------------------------------------------------------------------------------------
     def _apply(self, ev: Event, offset: int, timestamp: int) -> None:

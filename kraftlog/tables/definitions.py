@@ -273,6 +273,17 @@ def _typed_table(spec: MessageSpec, schemas: SchemaSet) -> TableDef:
     return TableDef(typed_table_name(spec), schema, desc, RECORD_KEY, (), "typed", record_type, props)
 
 
+@functools.cache
+def typed_specs() -> dict[str, MessageSpec]:
+    """The message definition behind each typed table, by table name."""
+    return {typed_table_name(m): m for m in load_schemas().messages if m.kind in ("metadata", "control")}
+
+
+def columns_at(spec: MessageSpec, version: int) -> tuple[str, ...]:
+    """The columns of ``spec``'s typed table that its records of ``version`` carry (the decoder's keys)."""
+    return tuple(f.column for f in spec.body.fields if f.present_in(version))
+
+
 @dataclass(frozen=True)
 class Catalog:
     """Every table kraftlog writes."""
@@ -311,8 +322,7 @@ def catalog() -> Catalog:
         "runs": TableDef("runs", _runs_schema(), "One row per ingest run.", ("run_id",)),
     }
     typed: dict[str, TableDef] = {}
-    specs = [m for m in schemas.messages if m.kind in ("metadata", "control")]
-    for spec in sorted(specs, key=lambda m: (m.kind, m.api_key or 0, m.name)):
+    for spec in sorted(typed_specs().values(), key=lambda m: (m.kind, m.api_key or 0, m.name)):
         t = _typed_table(spec, schemas)
         typed[t.name] = t
     return Catalog(core, typed)

@@ -1,0 +1,203 @@
+"""The pipeline on a big cluster (``bigcluster.py``) and on the 10x corpus: full build and an hourly increment.
+
+    python benchmarks/bench_fleet.py [--records 1000000] [--scales 1,4] [--cores 2] [--json out/bench-fleet.json]
+
+For each input, on local[cores]:
+
+* **full**: the input minus its last 1% of records (the last segment cut at a batch boundary) is
+  ingested, reconstructed and analysed into a fresh warehouse;
+* **increment**: the last segment grows back to its full length (the next hour's 1%), and ingest,
+  reconstruct and analyse run again on the same warehouse.
+
+Reported per step: seconds, non-NoOp records per second per core, peak resident memory of the
+driver's JVM and Python and of the Python workers. The big cluster is generated once per size and
+kept under ``out/bigcluster-<records>`` (``--scales 1,4``: the log at 1x and 4x ``--records``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import struct
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bigcluster import generate
+from common import ROOT, WorkerMemory, copy_corpus, local_config, rss_kb, save_results, with_warehouse
+
+
+class DriverMemory(threading.Thread):
+    """Peak resident memory of this process and of its Spark JVM."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.python_kb = self.jvm_kb = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        me = os.getpid()
+        while not self.stop.is_set():
+            self.python_kb = max(self.python_kb, rss_kb(me))
+            for d in Path("/proc").iterdir():
+                if d.name.isdigit():
+                    try:
+                        if (d / "stat").read_text().split()[3] == str(me) and b"java" in (d / "cmdline").read_bytes():
+                            self.jvm_kb = max(self.jvm_kb, rss_kb(int(d.name)))
+                    except (OSError, IndexError):
+                        continue
+            self.stop.wait(0.2)
+
+
+def batch_ends(path: Path) -> list[tuple[int, int]]:
+    """(end byte position, base offset) of each RecordBatch of a segment."""
+    data = path.read_bytes()
+    out, pos = [], 0
+    while pos + 12 <= len(data):
+        base, length = struct.unpack_from(">qi", data, pos)
+        pos += 12 + length
+        out.append((pos, base))
+    return out
+
+
+def split_input(source: Path, dest: Path, fraction: float = 0.01) -> tuple[Path, int]:
+    """``source``'s data directories copied to ``dest`` with each one's last segment cut to leave out about
+    ``fraction`` of its log; returns the copy and the number of bytes left out."""
+    shutil.copytree(source, dest)
+    cut = 0
+    for log_dir in dest.rglob("__cluster_metadata-0"):
+        segments = sorted(log_dir.glob("*.log"))
+        if not segments:
+            continue
+        last = segments[-1]
+        ends = batch_ends(last)
+        first_offset = int(segments[0].name.split(".")[0])
+        end_offset = ends[-1][1] if ends else first_offset
+        target = end_offset - int((end_offset - first_offset) * fraction)
+        keep_at = max((p for p, b in ends if b < target), default=0)
+        size = last.stat().st_size
+        with open(last, "r+b") as fh:
+            fh.truncate(keep_at)
+        cut += size - keep_at
+    return dest, cut
+
+
+def grow(source: Path, dest: Path) -> None:
+    """Bring the cut segments of ``dest`` back to their length in ``source`` (the log grew)."""
+    for f in source.rglob("*.log"):
+        target = dest / f.relative_to(source)
+        if target.stat().st_size != f.stat().st_size:
+            shutil.copyfile(f, target)
+
+
+def pipeline(spark: Any, config: Any, inputs: Path) -> dict[str, Any]:
+    from kraftlog.analytics.build import analyze
+    from kraftlog.spark.history import reconstruct
+    from kraftlog.spark.ingest import ingest
+
+    out: dict[str, Any] = {}
+    driver, workers = DriverMemory(), WorkerMemory()
+    driver.start()
+    workers.start()
+    for step, run in (("ingest", lambda: ingest(spark, [str(inputs)], config)),
+                      ("reconstruct", lambda: reconstruct(spark, config)),
+                      ("analyze", lambda: analyze(spark, config))):
+        t = time.perf_counter()
+        run()
+        out[f"{step}_seconds"] = round(time.perf_counter() - t, 1)
+    driver.stop.set()
+    workers.stop.set()
+    out.update({
+        "total_seconds": round(sum(out[f"{s}_seconds"] for s in ("ingest", "reconstruct", "analyze")), 1),
+        "peak_driver_jvm_mb": driver.jvm_kb // 1024, "peak_driver_python_mb": driver.python_kb // 1024,
+        "peak_worker_mb": workers.peak_kb // 1024,
+    })
+    return out
+
+
+def non_noop_records(spark: Any, config: Any) -> int:
+    from pyspark.sql import functions as F
+
+    from kraftlog.spark.store import store_for
+    from kraftlog.tables.definitions import catalog
+
+    records = store_for(spark, config).read(catalog()["records"])
+    return records.filter((F.col("source") == "log") & (F.col("record_type") != "NO_OP_RECORD")).count()
+
+
+def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores: int) -> dict[str, Any]:
+    config = with_warehouse(base, work, name)
+    inputs, cut = split_input(source, work / f"in-{name}")
+    result: dict[str, Any] = {"left_out_bytes": cut}
+    result["full"] = pipeline(spark, config, inputs)
+    full_records = non_noop_records(spark, config)
+    grow(source, inputs)
+    result["increment"] = pipeline(spark, config, inputs)
+    all_records = non_noop_records(spark, config)
+    new = all_records - full_records
+    for part, n in (("full", full_records), ("increment", new)):
+        r = result[part]
+        r["non_noop_records"] = n
+        r["records_per_second_per_core"] = round(n / r["total_seconds"] / cores) if r["total_seconds"] else None
+    build = lambda r: r["reconstruct_seconds"] + r["analyze_seconds"]  # noqa: E731
+    result["increment_build_share"] = round(build(result["increment"]) / build(result["full"]), 3)
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=1_000_000, help="non-NoOp records of the 1x big cluster")
+    ap.add_argument("--scales", default="1,4", help="sizes of the big cluster, as multiples of --records")
+    ap.add_argument("--partitions", type=int, default=150_000)
+    ap.add_argument("--topics", type=int, default=10_000)
+    ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus" / "real")
+    ap.add_argument("--copies", type=int, default=10, help="copies of the corpus (0: skip the corpus)")
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+
+    from kraftlog.spark.session import build_session
+
+    results: dict[str, Any] = {"cores": args.cores}
+    inputs: list[tuple[str, Path]] = []
+    for scale in [int(s) for s in args.scales.split(",") if s]:
+        n = args.records * scale
+        where = ROOT / "out" / f"bigcluster-{n}-{args.partitions}"
+        if not (where / "meta.properties").exists():
+            shutil.rmtree(where, ignore_errors=True)
+            print(f"generating {where} ...", flush=True)
+            results[f"generated {n}"] = generate(where / "node-3000", topics=args.topics,
+                                                  partitions=args.partitions, records=n)
+        inputs.append((f"big x{scale}", where))
+    work = Path(tempfile.mkdtemp(prefix="kraftlog-fleet-"))
+    try:
+        if args.copies and args.corpus.exists():
+            inputs.append((f"corpus x{args.copies}", copy_corpus(args.corpus, work / "corpus", args.copies)))
+        base = local_config(args.cores)
+        spark = build_session(base)
+        for name, source in inputs:
+            print(f"{name} ...", flush=True)
+            results[name] = run_input(spark, base, work, name.replace(" ", ""), source, args.cores)
+            print(results[name], flush=True)
+        spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{'input':<12} {'part':<10} {'records':>10} {'ingest s':>8} {'recon s':>8} {'analyze s':>9} "
+          f"{'rec/s/core':>10} {'driver JVM MB':>13} {'worker MB':>9}")
+    for name, _ in inputs:
+        for part in ("full", "increment"):
+            r = results[name][part]
+            print(f"{name:<12} {part:<10} {r['non_noop_records']:>10,} {r['ingest_seconds']:>8} "
+                  f"{r['reconstruct_seconds']:>8} {r['analyze_seconds']:>9} {r['records_per_second_per_core']:>10} "
+                  f"{r['peak_driver_jvm_mb']:>13} {r['peak_worker_mb']:>9}")
+        print(f"{name}: the increment's reconstruct + analyze took {results[name]['increment_build_share']:.1%} "
+              "of the full build's")
+    save_results(args.json, results)
+    return results
+
+
+if __name__ == "__main__":
+    main()
