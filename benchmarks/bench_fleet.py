@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for scale in [int(s) for s in args.scales.split(",") if s]:
         n = args.records * scale
         where = ROOT / "out" / f"bigcluster-{n}-{args.partitions}"
-        if not (where / "meta.properties").exists():
+        if not (where / "node-3000" / "meta.properties").exists():
             shutil.rmtree(where, ignore_errors=True)
             print(f"generating {where} ...", flush=True)
             results[f"generated {n}"] = generate(where / "node-3000", topics=args.topics,

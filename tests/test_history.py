@@ -110,7 +110,8 @@ def test_spark_histories_equal_a_sequential_replay_for_random_logs(spark: Any, t
     root = tmp_path_factory.mktemp("gen")
     for c in generated:
         write_cluster(root, c)
-    build = build_histories(spark, _in_memory_tables(spark, root))
+    store = open_store(spark, str(tmp_path_factory.mktemp("wh")))
+    build = build_histories(spark, store, table=_in_memory_tables(spark, root))
     try:
         assert_same_histories(spark_rows(build), local_rows(root))
     finally:

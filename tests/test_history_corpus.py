@@ -33,7 +33,7 @@ def corpus_warehouse(spark: Any, shared: Path, tmp_path_factory: pytest.TempPath
 
 def test_histories_and_verify_over_every_cluster(spark: Any, shared: Path, corpus_warehouse: Path) -> None:
     roots, wh = _roots(shared), corpus_warehouse
-    build = build_histories(spark, landed(open_store(spark, str(wh))), snapshots=True)
+    build = build_histories(spark, open_store(spark, str(wh)), snapshots=True)
     try:
         real = {b.cluster_id for b in build.bases if b.cluster_id == b.source_cluster}
         assert len(real) >= 40

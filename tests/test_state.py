@@ -16,8 +16,9 @@ from metadata_shell import parse_shell_dump
 from kraftlog.cli import main
 from kraftlog.schema.registry import load_schemas
 from kraftlog.state.entities import MIGRATING, UNASSIGNED
+from kraftlog.state.history import Versions
 from kraftlog.state.local import diff_images, load_clusters, state_at, verify
-from kraftlog.state.replay import Event, Replayer
+from kraftlog.state.replay import Change, Event, Replayer
 from kraftlog.state.shell import image_tree
 from kraftlog.wire.messages import default_codec
 
@@ -196,6 +197,30 @@ def test_a_snapshot_replaces_the_image_except_the_producer_id_mark() -> None:
     r.load_snapshot([ev(0, "TOPIC_RECORD", name="other", topic_id=T2)], 50, 0)
     assert list(r.image.entities["topics"]) == [(T2,)] and r.image.entities["partitions"] == {}
     assert r.image.entities["producer_ids"][()]["next_producer_id"] == 1000
+
+
+# -- versions -------------------------------------------------------------------------------------------
+
+def test_versions_collapse_per_offset_skip_no_ops_and_are_handed_over_when_they_close() -> None:
+    rows: list[tuple[str, Any]] = []
+    history = Versions("c", lambda kind, row: rows.append((kind, row)))
+
+    def change(offset: int, name: str | None) -> None:
+        history.add(Change("topics", (T1,), None if name is None else {"name": name}, offset, 1000 + offset))
+
+    change(1, "a")
+    change(2, "b")
+    change(2, "c")  # the same offset (a transaction): the last change counts
+    change(3, "c")  # no change: not a version
+    assert rows == [("topics", {"cluster_id": "c", "topic_id": T1, "name": "a", "valid_from_offset": 1,
+                                "valid_to_offset": 2, "valid_from": 1001, "valid_to": 1002, "ended_by": "update"})]
+    change(4, "x")
+    change(4, "c")  # changed and changed back at one offset: no version
+    change(5, None)
+    change(7, "d")
+    history.finish()
+    spans = [(r["name"], r["valid_from_offset"], r["valid_to_offset"], r["ended_by"]) for _, r in rows]
+    assert spans == [("a", 1, 2, "update"), ("c", 2, 5, "delete"), ("d", 7, None, None)]
 
 
 # -- real data ---------------------------------------------------------------------------------------------

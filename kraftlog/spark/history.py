@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -31,10 +30,10 @@ from kraftlog.spark.replay import (
     cluster_bases,
     output_tables,
     pseudo_cluster,
-    replayed,
+    replay,
     snapshot_bases,
 )
-from kraftlog.spark.store import TableStore, new_run_id, store_for, writing
+from kraftlog.spark.store import StagedFile, TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
 from kraftlog.state.local import Difference, SnapshotCheck
 from kraftlog.state.replay import Image
@@ -47,29 +46,33 @@ History = dict[str, DataFrame]  # entity kind -> history rows
 
 @dataclass
 class HistoryBuild:
-    """The replays of a set of clusters: their rows (lazy) and how each replay was based."""
+    """The replays of a set of clusters: how each was based and the files its rows were written to."""
 
     bases: list[ClusterBase]
-    rows: DataFrame  # history and replay_ranges rows, in the layout of ``combined_schema(output_tables())``
+    store: TableStore
+    build_id: str
+    files: list[StagedFile]
 
     @functools.cached_property
     def histories(self) -> History:
-        """One DataFrame per entity kind (the rows are computed once and kept until ``release``)."""
-        rows = self.rows.persist(StorageLevel.MEMORY_AND_DISK)
-        return {kind: rows.filter(F.col("_table") == t.name).select(f"{t.name}.*")
-                for kind, t in history_tables().items()}
+        """One DataFrame per entity kind."""
+        return {kind: self.store.read_staged(t, self.files) for kind, t in history_tables().items()}
 
     def release(self) -> None:
-        """Drop what the build cached."""
-        self.rows.unpersist()
+        """Remove the build's files (a build read through ``histories``, not committed)."""
+        self.store.discard_staging(self.build_id)
 
 
-def build_histories(spark: SparkSession, table: TableSource, clusters: list[str] | None = None,
-                    snapshots: bool = False, build_id: str = "") -> HistoryBuild:
-    """Histories of every cluster (or of ``clusters``); with ``snapshots``, also of each reachable snapshot."""
-    bases = cluster_bases(table, clusters)
+def build_histories(spark: SparkSession, store: TableStore, clusters: list[str] | None = None,
+                    snapshots: bool = False, table: TableSource | None = None) -> HistoryBuild:
+    """Histories of every cluster (or of ``clusters``) of the landed tables of ``store`` (or of ``table``);
+    with ``snapshots``, also of each reachable snapshot. The rows are written aside, under the store's
+    staging area, until ``release``."""
+    source = table or landed(store)
+    bases = cluster_bases(source, clusters)
     every = bases + (snapshot_bases(bases) if snapshots else [])
-    return HistoryBuild(every, replayed(spark, table, every, build_id))
+    build_id = new_run_id()
+    return HistoryBuild(every, store, build_id, replay(spark, store, source, every, build_id, scratch=True))
 
 
 def landed(store: TableStore) -> TableSource:
@@ -104,11 +107,19 @@ def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = 
 def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters: list[str] | None
                  ) -> ReconstructResult:
     t0 = time.time()
-    build = build_histories(spark, landed(store), clusters, build_id=build_id)
-    rows = store.replace_rows(build.rows, output_tables(), build_id, cluster_predicate(clusters))
+    for t in output_tables():
+        store.ensure(t)
+    bases = cluster_bases(landed(store), clusters)
+    files = replay(spark, store, landed(store), bases, build_id)
+    where = cluster_predicate(clusters)
+    rows = {}
+    for t in output_tables():
+        mine = [f for f in files if f.table == t.name]
+        store.overwrite(t, mine, build_id, where)
+        rows[t.name] = sum(f.num_records for f in mine)
     for name, n in rows.items():
         log.info("%s: %d rows", name, n)
-    return ReconstructResult(build_id, len(build.bases), rows, time.time() - t0)
+    return ReconstructResult(build_id, len(bases), rows, time.time() - t0)
 
 
 def cluster_predicate(clusters: list[str] | None) -> str | None:
@@ -280,7 +291,7 @@ def verify_tables(spark: SparkSession, config: Config, store: TableStore | None 
                   clusters: list[str] | None = None) -> list[tuple[str, list[SnapshotCheck]]]:
     """Histories built from the landed tables vs. every reachable snapshot's contents, per cluster."""
     store = store or store_for(spark, config)
-    build = build_histories(spark, landed(store), clusters, snapshots=True)
+    build = build_histories(spark, store, clusters, snapshots=True)
     try:
         return verify_build(spark, build)
     finally:

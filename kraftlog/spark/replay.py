@@ -9,30 +9,30 @@
 * **replay** (executors): ``kraftlog.state.replay.Replayer`` applies the stream exactly as the local
   commands do, ``kraftlog.state.history.Versions`` turns its changes into history rows as versions
   close, and each cluster ends with its ``replay_ranges`` row. A task holds one cluster's image, never
-  its log, and returns rows in the layout ``TableStore.replace_rows`` writes.
+  its log, and writes the rows as Parquet files itself (only file metadata returns to the driver).
 """
 
 from __future__ import annotations
 
+import gc
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from kraftlog.spark.session import default_parallelism
-from kraftlog.spark.store import combined_schema
+from kraftlog.spark.store import StagedFile, TableStore
 from kraftlog.state.bases import Base, SnapshotRef, choose_base, parse_snapshot_id, snapshot_reach
 from kraftlog.state.entities import history_tables, replay_ranges_table
 from kraftlog.state.history import Versions
-from kraftlog.state.replay import Change, Event, Replayer
+from kraftlog.state.replay import Event, Replayer
 from kraftlog.tables.definitions import RECORD_KEY, TableDef, catalog, columns_at, typed_specs
+from kraftlog.wire.files import paused_gc
 from kraftlog.wire.messages import Decoded
 
 TableSource = Callable[[str], DataFrame]  # a landed table by name (records, topic_record, ...)
@@ -49,7 +49,7 @@ class ClusterBase:
     source_cluster: str
     base: Base
     last: int | None  # last log offset (None: no log is applied, only the base snapshot)
-    last_ts: Any = None  # time of the last log record
+    last_ms: int | None = None  # time of the last log record
     snapshots: list[SnapshotRef] = field(default_factory=list)
     log_epochs: dict[int, int] = field(default_factory=dict)
 
@@ -70,7 +70,7 @@ def cluster_bases(table: TableSource, clusters: list[str] | None = None) -> list
                        (prev.isNull() | (F.col("log_offset") != prev + 1)).alias("gap"))
             .groupBy("cluster_id")
             .agg(F.max(F.when(F.col("gap"), F.col("log_offset"))).alias("start"), F.max("log_offset").alias("last"),
-                 F.max("timestamp").alias("last_ts"))
+                 F.max(F.unix_millis("timestamp")).alias("last_ms"))
             .collect())
     headers = (table("snapshot_header").filter(F.col("source") == "snapshot")
                .groupBy("cluster_id", "snapshot_id").agg(F.max("last_contained_log_timestamp").alias("header_ts")))
@@ -88,13 +88,13 @@ def cluster_bases(table: TableSource, clusters: list[str] | None = None) -> list
                 SnapshotRef(r["snapshot_id"], r["offset"], parsed[1], r["header_ts"] or 0))
         if r["batch_epoch"] is not None:
             log_epochs.setdefault(r["cluster_id"], {})[r["offset"]] = r["batch_epoch"]
-    ranges = {r["cluster_id"]: (r["start"], r["last"], r["last_ts"]) for r in runs}
+    ranges = {r["cluster_id"]: (r["start"], r["last"], r["last_ms"]) for r in runs}
     out = []
     for cid in sorted(ranges.keys() | by_cluster.keys()):
-        start, last, last_ts = ranges.get(cid, (None, None, None))
+        start, last, last_ms = ranges.get(cid, (None, None, None))
         snapshots = by_cluster.get(cid, [])
         base = choose_base(start, last, snapshots, log_epochs.get(cid, {}))
-        out.append(ClusterBase(cid, cid, base, last, last_ts, snapshots, log_epochs.get(cid, {})))
+        out.append(ClusterBase(cid, cid, base, last, last_ms, snapshots, log_epochs.get(cid, {})))
     return out
 
 
@@ -117,11 +117,10 @@ def pseudo_cluster(cluster_id: str, snapshot_id: str) -> str:
 
 @dataclass(frozen=True)
 class _Source:
-    """A typed table replay reads: its stream column and the columns each record version carries."""
+    """A typed table replay reads and the columns each record version carries."""
 
     table: str
     record_type: str
-    column: str
     columns_at: dict[int, tuple[str, ...]]
 
 
@@ -133,13 +132,14 @@ def _sources() -> list[_Source]:
         if t.record_type in wanted:
             spec = specs[t.name]
             versions = range(spec.valid_versions.lowest, spec.valid_versions.highest + 1)
-            out.append(_Source(t.name, t.record_type, f"_{t.name}", {v: columns_at(spec, v) for v in versions}))
+            out.append(_Source(t.name, t.record_type, {v: columns_at(spec, v) for v in versions}))
     return out
 
 
 def _typed_rows(table: TableSource, source: _Source) -> DataFrame:
-    t = catalog()[source.table]
-    data = [c for cols in source.columns_at.values() for c in cols]
+    """One typed table's rows as stream rows: provenance, and the record's fields as JSON (``_data``): one
+    narrow column for every record type, cheap to hand from the JVM to Python."""
+    data = sorted({c for cols in source.columns_at.values() for c in cols})
     df = table(source.table)
     if source.record_type in Replayer.HASHED:  # the replay keeps a fingerprint of the record
         recs = table("records").select(*[F.col(c).alias(f"_r_{c}") for c in RECORD_KEY], "value_hash")
@@ -150,7 +150,8 @@ def _typed_rows(table: TableSource, source: _Source) -> DataFrame:
     return df.select("cluster_id", "source", "snapshot_id", "log_offset", "snapshot_seq", "batch_epoch",
                      F.unix_millis("timestamp").alias("_ms"), "record_version", "value_hash",
                      F.lit(source.record_type).alias("record_type"),
-                     F.struct(*[c for c in t.columns if c in set(data)]).alias(source.column))
+                     F.to_json(F.struct(*data), {"ignoreNullFields": "false"}).alias("_data") if data
+                     else F.lit("{}").alias("_data"))
 
 
 def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], sources: list[_Source]) -> DataFrame:
@@ -158,45 +159,48 @@ def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], so
     rows: DataFrame | None = None
     for s in sources:
         part = _typed_rows(table, s)
-        rows = part if rows is None else rows.unionByName(part, allowMissingColumns=True)
+        rows = part if rows is None else rows.unionByName(part)
     assert rows is not None
     snap_plan = [(b.source_cluster, b.base.snapshot.snapshot_id, b.cluster_id) for b in bases
                  if b.base.snapshot is not None]
     log_plan = [(b.source_cluster, b.base.first, b.cluster_id) for b in bases if b.last is not None]
-    picked = []
+    out = spark.createDataFrame([(b.cluster_id,) for b in bases], "_out string").select(
+        "_out", F.lit(END).alias("_phase"), F.lit(0).cast("long").alias("_seq"))
     if snap_plan:
         plan = spark.createDataFrame(snap_plan, "cluster_id string, snapshot_id string, _out string")
-        picked.append(rows.filter(F.col("source") == "snapshot").join(F.broadcast(plan), ["cluster_id", "snapshot_id"])
-                      .select("*", F.lit(SNAPSHOT).alias("_phase"), F.col("snapshot_seq").alias("_seq")))
+        out = out.unionByName(
+            rows.filter(F.col("source") == "snapshot").join(F.broadcast(plan), ["cluster_id", "snapshot_id"])
+            .select(*STREAM, F.lit(SNAPSHOT).alias("_phase"), F.col("snapshot_seq").alias("_seq")),
+            allowMissingColumns=True)
     if log_plan:
         plan = spark.createDataFrame(log_plan, "cluster_id string, _first long, _out string")
-        picked.append(rows.filter(F.col("source") == "log").join(F.broadcast(plan), "cluster_id")
-                      .filter(F.col("log_offset") >= F.col("_first")).drop("_first")
-                      .select("*", F.lit(LOG).alias("_phase"), F.col("log_offset").alias("_seq")))
-    ends = spark.createDataFrame([(b.cluster_id,) for b in bases], "_out string").select(
-        "_out", F.lit(END).alias("_phase"), F.lit(0).cast("long").alias("_seq"))
-    out = ends
-    for p in picked:
-        out = out.unionByName(p.drop("cluster_id", "source", "snapshot_id", "snapshot_seq"), allowMissingColumns=True)
+        out = out.unionByName(
+            rows.filter(F.col("source") == "log").join(F.broadcast(plan), "cluster_id")
+            .filter(F.col("log_offset") >= F.col("_first"))
+            .select(*STREAM, F.lit(LOG).alias("_phase"), F.col("log_offset").alias("_seq")),
+            allowMissingColumns=True)
     n = max(1, min(len(bases), default_parallelism(spark)))
     return out.repartition(n, "_out").sortWithinPartitions("_out", "_phase", "_seq")
 
 
-def replayed(spark: SparkSession, table: TableSource, bases: list[ClusterBase], build_id: str) -> DataFrame:
-    """The history rows of every replay in ``bases`` and one ``replay_ranges`` row each, in the layout of
-    ``combined_schema(output_tables())``."""
+STREAM = ("_out", "log_offset", "_ms", "batch_epoch", "record_type", "record_version", "value_hash", "_data")
+
+
+def replay(spark: SparkSession, store: TableStore, table: TableSource, bases: list[ClusterBase], build_id: str,
+           scratch: bool = False) -> list[StagedFile]:
+    """Replay every cluster of ``bases`` on the executors; each task writes the history rows and one
+    ``replay_ranges`` row per cluster as Parquet files of ``output_tables()`` (staged by ``store``; with
+    ``scratch``, aside from the tables). Returns the files written."""
+    if not bases:
+        return []
     sources = _sources()
-    schema = combined_schema(output_tables())
-    arrow_schema = to_arrow_schema(schema)
     by_out = {b.cluster_id: b for b in bases}
     built_at = datetime.now(UTC)
-    if not bases:
-        return spark.createDataFrame([], schema)
 
-    def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return _replay_partition(batches, by_out, sources, arrow_schema, build_id, built_at)
+    def produce(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, pa.Table]]:
+        return _replay_partition(batches, by_out, sources, build_id, built_at)
 
-    return stream(spark, table, bases, sources).mapInArrow(task, schema)
+    return store.stage_chunks(stream(spark, table, bases, sources), output_tables(), produce, build_id, scratch)
 
 
 def output_tables() -> list[TableDef]:
@@ -207,11 +211,11 @@ def output_tables() -> list[TableDef]:
 # -- the executor side ---------------------------------------------------------------------------------------
 
 class _Sink:
-    """Output rows buffered per table, handed out as record batches of the combined layout."""
+    """Output rows buffered per table, handed out as Arrow tables."""
 
-    def __init__(self, schema: pa.Schema):
-        self.schema = schema
-        self.rows: dict[str, list[dict[str, Any]]] = {f.name: [] for f in schema if f.name != "_table"}
+    def __init__(self) -> None:
+        self.tables = {t.name: t.schema for t in output_tables()}
+        self.rows: dict[str, list[dict[str, Any]]] = {name: [] for name in self.tables}
         self.history = {kind: t.name for kind, t in history_tables().items()}
         self.count = 0
 
@@ -226,21 +230,14 @@ class _Sink:
         self.rows[table].append(row)
         self.count += 1
 
-    def drain(self, at_least: int = 1) -> Iterator[pa.RecordBatch]:
+    def drain(self, at_least: int = 1) -> Iterator[dict[str, pa.Table]]:
         if self.count < at_least:
             return
-        for name, rows in self.rows.items():
-            if not rows:
-                continue
-            struct_type = self.schema.field(name).type
-            data = pa.Table.from_pylist(rows, schema=pa.schema(list(struct_type))).to_struct_array().combine_chunks()
-            n = len(rows)
-            yield pa.RecordBatch.from_arrays(
-                [pa.array([name] * n, pa.string()),
-                 *[data if f.name == name else pa.nulls(n, f.type) for f in self.schema if f.name != "_table"]],
-                schema=self.schema)
+        out = {name: pa.Table.from_pylist(rows, schema=self.tables[name]) for name, rows in self.rows.items() if rows}
+        for rows in self.rows.values():
             rows.clear()
         self.count = 0
+        yield out
 
 
 class _Replay:
@@ -249,11 +246,8 @@ class _Replay:
     def __init__(self, base: ClusterBase, sink: _Sink, build_id: str, built_at: datetime):
         self.base, self.sink, self.build_id, self.built_at = base, sink, build_id, built_at
         self.history = Versions(base.cluster_id, sink.version)
-        self.replayer = Replayer(self._change)
+        self.replayer = Replayer(self.history.add)
         self.snapshot: list[Event] | None = [] if base.base.snapshot is not None else None
-
-    def _change(self, c: Change) -> None:
-        self.history.add(c)
 
     def snapshot_record(self, ev: Event) -> None:
         assert self.snapshot is not None, "snapshot rows of a replay without a base snapshot"
@@ -279,50 +273,48 @@ class _Replay:
         problems = [p for p in [b.base.problem] if p] + r.problems
         if len(problems) > MAX_PROBLEMS:
             problems = [*problems[:MAX_PROBLEMS], f"... and {len(problems) - MAX_PROBLEMS} more problems"]
-        self.sink.add("replay_ranges", {
+        self.sink.add(replay_ranges_table().name, {
             "cluster_id": b.cluster_id, "base_snapshot_id": snap.snapshot_id if snap else None,
             "base_offset": snap.offset if snap else None,
             "base_timestamp": snap.timestamp * 1000 if snap else None,
             "first_offset": b.base.first if b.last is not None else None, "last_offset": b.last,
-            "last_timestamp": b.last_ts, "open_transaction_offset": r.open_transaction,
+            "last_timestamp": b.last_ms * 1000 if b.last_ms is not None else None,
+            "open_transaction_offset": r.open_transaction,
             "transaction_problems": sum(1 for p in r.problems if "Transaction" in p),
             "problems": problems, "build_id": self.build_id, "built_at": self.built_at})
 
 
-def _data(batch: pa.RecordBatch, sources: list[_Source], versions: list[Any]) -> list[dict[str, Any] | None]:
-    """Each row's record as the decoder gives it (only the fields its version has)."""
-    out: list[dict[str, Any] | None] = [None] * batch.num_rows
-    for s in sources:
-        column = batch.column(s.column)
-        if column.null_count == len(column):
-            continue
-        rows = np.flatnonzero(pc.is_valid(column).to_numpy(zero_copy_only=False))
-        for i, value in zip(rows.tolist(), column.take(pa.array(rows)).to_pylist(), strict=True):
-            names = s.columns_at.get(versions[i])
-            out[i] = value if names is None else {c: value[c] for c in names}
-    return out
+def _record(data: str, fields: dict[int, tuple[str, ...]], version: int) -> dict[str, Any]:
+    """A record's fields as the decoder gives them (only those its version has)."""
+    value = json.loads(data)
+    names = fields.get(version)
+    return value if names is None else {c: value.get(c) for c in names}
 
 
 def _replay_partition(batches: Iterable[pa.RecordBatch], bases: dict[str, ClusterBase], sources: list[_Source],
-                      schema: pa.Schema, build_id: str, built_at: datetime, batch_rows: int = 1 << 16
-                      ) -> Iterator[pa.RecordBatch]:
-    sink = _Sink(schema)
+                      build_id: str, built_at: datetime, batch_rows: int = 1 << 16) -> Iterator[dict[str, pa.Table]]:
+    with paused_gc():  # replay builds millions of acyclic dicts: the cyclic GC would rescan them, for nothing
+        yield from _replay_batches(batches, bases, sources, build_id, built_at, batch_rows)
+
+
+def _replay_batches(batches: Iterable[pa.RecordBatch], bases: dict[str, ClusterBase], sources: list[_Source],
+                    build_id: str, built_at: datetime, batch_rows: int) -> Iterator[dict[str, pa.Table]]:
+    fields = {s.record_type: s.columns_at for s in sources}
+    sink = _Sink()
     current: _Replay | None = None
     for batch in batches:
-        cols = {c: batch.column(c).to_pylist() for c in ("_out", "_phase", "log_offset", "_ms", "batch_epoch",
-                                                          "record_type", "record_version", "value_hash")}
-        data = _data(batch, sources, cols["record_version"])
+        cols = {c: batch.column(c).to_pylist() for c in (*STREAM, "_phase")}
         for i, out in enumerate(cols["_out"]):
-            phase = cols["_phase"][i]
-            if phase == END:
-                if current is None or current.base.cluster_id != out:
-                    current = _Replay(bases[out], sink, build_id, built_at)
-                current.finish()
-                current = None
-                continue
             if current is None or current.base.cluster_id != out:
                 current = _Replay(bases[out], sink, build_id, built_at)
-            decoded = Decoded(None, cols["record_type"][i], cols["record_version"][i], data[i])
+            phase = cols["_phase"][i]
+            if phase == END:
+                current.finish()
+                current = None
+                gc.collect()  # the finished replay's image (the replayer refers to itself through its dispatch)
+                continue
+            rtype, version = cols["record_type"][i], cols["record_version"][i]
+            decoded = Decoded(None, rtype, version, _record(cols["_data"][i], fields[rtype], version))
             ev = Event(cols["log_offset"][i], cols["_ms"][i], cols["batch_epoch"][i], decoded, cols["value_hash"][i])
             if phase == SNAPSHOT:
                 current.snapshot_record(ev)
@@ -330,6 +322,4 @@ def _replay_partition(batches: Iterable[pa.RecordBatch], bases: dict[str, Cluste
                 current.apply(ev)
             if sink.count >= batch_rows:
                 yield from sink.drain()
-        yield from sink.drain(batch_rows)
     yield from sink.drain()
-

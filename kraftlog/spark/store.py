@@ -36,9 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StringType, StructField, StructType
 
 from kraftlog.config import Config
 from kraftlog.lease import Lease
@@ -53,6 +51,8 @@ APPEND_APP = "kraftlog-append"
 DELETE_APP = "kraftlog-delete"
 # a router turns one input batch into rows of tables: one dict, or several (to bound memory)
 Router = Callable[[pa.RecordBatch], dict[str, pa.Table] | Iterator[dict[str, pa.Table]]]
+# a producer turns one task's input batches into rows of tables (for ``stage_chunks``)
+Producer = Callable[[Iterable[pa.RecordBatch]], Iterator[dict[str, pa.Table]]]
 
 # what executor-side writers return to the driver: one row per Parquet file written
 WRITTEN = pa.schema([("table", pa.string()), ("path", pa.string()), ("size", pa.int64()),
@@ -227,21 +227,22 @@ def _merge_stats(parts: list[str]) -> str:
                        "maxValues": {k: maxs[k] for k in keep}, "nullCount": nulls})
 
 
-def _stage_partition(batches: Iterable[pa.RecordBatch], roots: dict[str, str], schemas: dict[str, pa.Schema],
-                     router: Router, prefix: str, storage: Storage) -> Iterator[pa.RecordBatch]:
-    """Executor side: route rows to tables; stream each table into one Parquet file per task."""
+def _routed(batches: Iterable[pa.RecordBatch], router: Router) -> Iterator[dict[str, pa.Table]]:
+    """The rows of ``batches`` as the router assigns them to tables."""
+    for batch in batches:
+        if batch.num_rows:
+            out = router(batch)
+            yield from [out] if isinstance(out, dict) else out
+    flush = getattr(router, "flush", None)  # a router may hold rows back across batches
+    if flush is not None:
+        yield from flush()
+
+
+def _stage_partition(chunks: Iterable[dict[str, pa.Table]], roots: dict[str, str], schemas: dict[str, pa.Schema],
+                     prefix: str, storage: Storage) -> Iterator[pa.RecordBatch]:
+    """Executor side: stream each table's rows into one Parquet file per task; one metadata row per file."""
     writers: dict[str, StreamingWriter] = {}
-
-    def routed() -> Iterator[dict[str, pa.Table]]:
-        for batch in batches:
-            if batch.num_rows:
-                out = router(batch)
-                yield from [out] if isinstance(out, dict) else out
-        flush = getattr(router, "flush", None)  # a router may hold rows back across batches
-        if flush is not None:
-            yield from flush()
-
-    for chunk in routed():
+    for chunk in chunks:
         for name, t in chunk.items():
             if t.num_rows:
                 w = writers.get(name)
@@ -270,12 +271,15 @@ class TableStore(Protocol):
     def stage(self, df: DataFrame | FileGroups, tables: list[TableDef], router: Router, run_id: str
               ) -> list[StagedFile]: ...
     def stage_root(self, table: TableDef, run_id: str) -> tuple[str, str]: ...
+    def stage_chunks(self, df: DataFrame | FileGroups, tables: list[TableDef], produce: Producer, run_id: str,
+                     scratch: bool = False) -> list[StagedFile]: ...
+    def read_staged(self, table: TableDef, files: list[StagedFile]) -> DataFrame: ...
+    def overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None = None
+                  ) -> None: ...
     def stage_small(self, table: TableDef, data: pa.Table, run_id: str) -> list[StagedFile]: ...
     def commit(self, manifest: Manifest) -> None: ...
     def replace(self, frames: list[tuple[TableDef, DataFrame]], build_id: str, where: str | None = None
                 ) -> dict[str, int]: ...
-    def replace_rows(self, combined: DataFrame, tables: list[TableDef], build_id: str, where: str | None = None
-                     ) -> dict[str, int]: ...
     def recover(self) -> list[Manifest]: ...
     def discard_staging(self, run_id: str) -> None: ...
 
@@ -327,7 +331,15 @@ class _Base:
               ) -> list[StagedFile]:
         """Executors route the rows of ``df`` (or the contents of the files ``df`` names) to ``tables`` and
         write them as Parquet files; the driver gets the files' metadata only."""
-        placed = {t.name: self.stage_root(t, run_id) for t in tables}
+        return self.stage_chunks(df, tables, lambda batches: _routed(batches, router), run_id)
+
+    def stage_chunks(self, df: DataFrame | FileGroups, tables: list[TableDef], produce: Producer, run_id: str,
+                     scratch: bool = False) -> list[StagedFile]:
+        """``stage`` with ``produce`` turning each task's input batches into rows of ``tables``. With ``scratch``
+        the files go under ``_kraftlog/staging/<run_id>/`` (read back with ``read_staged``, removed by
+        ``discard_staging``), not into the tables."""
+        placed = {t.name: (self._scratch(run_id, t.name), "") if scratch else self.stage_root(t, run_id)
+                  for t in tables}
         roots = {n: r for n, (r, _) in placed.items()}
         prefixes = {p for _, p in placed.values()}
         prefix = prefixes.pop() if len(prefixes) == 1 else ""
@@ -335,7 +347,7 @@ class _Base:
         storage = self.storage
 
         def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            return _stage_partition(batches, roots, schemas, router, prefix, storage)
+            return _stage_partition(produce(batches), roots, schemas, prefix, storage)
 
         if isinstance(df, FileGroups):
             written = df.map(self.spark, task, WRITTEN).collect()
@@ -343,6 +355,13 @@ class _Base:
             written = df.mapInArrow(task, from_arrow_schema(WRITTEN)).collect()  # file metadata only
         return [StagedFile(r["table"], roots[r["table"]], r["path"], r["size"], r["modification_time"],
                            r["num_records"], r["stats"]) for r in written]
+
+    def _scratch(self, run_id: str, name: str) -> str:
+        return join(self.warehouse, "_kraftlog", "staging", run_id, name)
+
+    def read_staged(self, table: TableDef, files: list[StagedFile]) -> DataFrame:
+        """The rows of ``table`` in staged ``files``."""
+        return self.read_parquet([join(f.root, f.path) for f in files if f.table == table.name], spark_schema(table))
 
     def stage_small(self, table: TableDef, data: pa.Table, run_id: str) -> list[StagedFile]:
         if data.num_rows == 0:
@@ -354,36 +373,27 @@ class _Base:
                 ) -> dict[str, int]:
         """Replace derived tables (histories, events) with the rows of their DataFrames; row counts by table.
 
-        One Spark job computes every frame and executors write the files; then each table gets one
+        One Spark job per table computes its frame and executors write the files; then each table gets one
         commit that swaps its contents, so a reader sees the previous build or this one, never a mix
         (a build killed before its commits leaves only unreferenced files, removed by VACUUM). With
         ``where`` (a SQL predicate, e.g. on cluster_id) only the rows matching it are replaced.
         """
         tables = [t for t, _ in frames]
-        slots = combined_schema(tables).fields[1:]
-        combined = None
-        for t, df in frames:
-            part = df.select(F.lit(t.name).alias("_table"), *[
-                (F.struct(*t.columns) if other.name == t.name else F.lit(None).cast(other.dataType)).alias(other.name)
-                for other in slots])
-            combined = part if combined is None else combined.unionByName(part)
-        assert combined is not None
-        return self.replace_rows(combined.coalesce(max(1, default_parallelism(self.spark))), tables, build_id, where)
-
-    def replace_rows(self, combined: DataFrame, tables: list[TableDef], build_id: str, where: str | None = None
-                     ) -> dict[str, int]:
-        """``replace`` for rows already in the layout of ``combined_schema(tables)``."""
         for t in tables:
             self.ensure(t)
-        files = self.stage(combined, tables, _split([t.name for t in tables]), build_id)
+        n = max(1, default_parallelism(self.spark))
+        files: list[StagedFile] = []
+        for t, df in frames:  # one narrow job per table: Arrow conversion of wide null structs is slow
+            files += self.stage(df.select(*t.columns).coalesce(n), [t], _whole(t.name), build_id)
         for t in tables:
-            self._overwrite(t, [f for f in files if f.table == t.name], build_id, where)
+            self.overwrite(t, [f for f in files if f.table == t.name], build_id, where)
         return {t.name: sum(f.num_records for f in files if f.table == t.name) for t in tables}
 
     def ensure(self, table: TableDef) -> None:
         raise NotImplementedError
 
-    def _overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None) -> None:
+    def overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None = None
+                  ) -> None:
         raise NotImplementedError
 
     # -- manifests ------------------------------------------------------------------------------------
@@ -505,7 +515,8 @@ class DeltaRsStore(_Base):
             self.after_commit(table.name)
 
 
-    def _overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None) -> None:
+    def overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None = None
+                  ) -> None:
         from deltalake import CommitProperties
         from deltalake.transaction import AddAction, RemoveAction
 
@@ -568,7 +579,8 @@ class DeltaSparkStore(_Base):
             self.after_commit(table.name)
 
 
-    def _overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None) -> None:
+    def overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None = None
+                  ) -> None:
         self._guard()
         uris = [f.root.rstrip("/") + "/" + f.path for f in files]
         df = (self.spark.read.schema(spark_schema(table)).parquet(*uris) if uris
@@ -583,24 +595,10 @@ class DeltaSparkStore(_Base):
             self.after_commit(table.name)
 
 
-def combined_schema(tables: list[TableDef]) -> Any:
-    """Rows of several tables in one DataFrame: ``_table`` names the table, one struct column per table holds
-    the row (the others are null)."""
-    return StructType([StructField("_table", StringType(), False),
-                       *[StructField(t.name, spark_schema(t), True) for t in tables]])
-
-
-def _split(names: list[str]) -> Router:
-    """A router for ``replace``'s combined rows: each row to the table its ``_table`` column names."""
+def _whole(name: str) -> Router:
+    """A router sending every row to table ``name``."""
     def route(batch: pa.RecordBatch) -> dict[str, pa.Table]:
-        which = batch.column("_table")
-        out = {}
-        for name in names:
-            mask = pc.equal(which, name)
-            if pc.any(mask).as_py():
-                rows = batch.filter(mask).column(name)
-                out[name] = pa.Table.from_batches([pa.RecordBatch.from_struct_array(rows)])
-        return out
+        return {name: pa.Table.from_batches([batch])}
     return route
 
 

@@ -34,11 +34,11 @@ class EntityKind:
     value: tuple[pa.Field, ...]
     description: str
 
-    @property
+    @functools.cached_property
     def key_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.key)
 
-    @property
+    @functools.cached_property
     def value_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.value)
 

@@ -63,8 +63,7 @@ class Versions:
     def _row(self, kind: str, key: Key, offset: int, ts: int, value: Value, nxt: Step | None) -> Version:
         spec = BY_NAME[kind]
         return {
-            "cluster_id": self.cluster_id, **dict(zip(spec.key_names, key, strict=True)),
-            **{f: value.get(f) for f in spec.value_names},
+            "cluster_id": self.cluster_id, **dict(zip(spec.key_names, key, strict=True)), **value,
             "valid_from_offset": offset, "valid_to_offset": nxt[0] if nxt else None,
             "valid_from": ts, "valid_to": nxt[1] if nxt else None,
             "ended_by": None if nxt is None else ("update" if nxt[2] is not None else "delete"),
