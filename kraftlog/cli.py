@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -211,15 +212,18 @@ def _build(run, warehouse: str | None, conf_file: str | None, clusters: tuple[st
         raise click.ClickException(str(e)) from e
 
 
+@click.option("--full", is_flag=True, help="Replay every cluster from its base (default: go on from the last build "
+              "where the log only grew).")
 @_build_command
-def reconstruct(warehouse: str | None, conf_file: str | None, clusters: tuple[str, ...]) -> None:
-    """Build the entity histories (<kind>_history tables) from the landed tables.
+def reconstruct(warehouse: str | None, conf_file: str | None, clusters: tuple[str, ...], full: bool) -> None:
+    """Bring the entity histories (<kind>_history tables) up to date with the landed tables.
 
-    Each history table is replaced in one commit. Run after `kraftlog ingest`.
+    A cluster whose log only grew goes on from where the last build stopped; one whose landed log changed
+    otherwise is replayed from its base. Run after `kraftlog ingest`.
     """
     from kraftlog.spark.history import reconstruct as run
 
-    _build(run, warehouse, conf_file, clusters)
+    _build(functools.partial(run, full=full), warehouse, conf_file, clusters)
 
 
 @_build_command

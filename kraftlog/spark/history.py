@@ -20,10 +20,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.config import Config
+from kraftlog.spark.increments import plan_build, state_table_rows
 from kraftlog.spark.replay import (
     ClusterBase,
     TableSource,
@@ -34,7 +36,7 @@ from kraftlog.spark.replay import (
     snapshot_bases,
 )
 from kraftlog.spark.store import StagedFile, TableStore, new_run_id, store_for, writing
-from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
+from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table, replay_state_table
 from kraftlog.state.local import Difference, SnapshotCheck
 from kraftlog.state.replay import Image
 from kraftlog.tables.definitions import catalog
@@ -84,42 +86,58 @@ def landed(store: TableStore) -> TableSource:
 @dataclass
 class ReconstructResult:
     build_id: str
-    clusters: int
-    rows: dict[str, int]
+    clusters: int  # clusters replayed (from their base or going on)
+    rows: dict[str, int]  # rows written, by table
     seconds: float
+    resumed: int = 0  # of ``clusters``, those that went on from their last build
+    unchanged: int = 0  # clusters left as they were
 
     def line(self) -> str:
         total = sum(self.rows.values())
         parts = ", ".join(f"{k} {v}" for k, v in self.rows.items() if v)
-        return (f"build {self.build_id}: {self.clusters} cluster(s), {total} history rows in "
-                f"{self.seconds:.1f}s ({parts})")
+        return (f"build {self.build_id}: {self.clusters} cluster(s) replayed ({self.resumed} going on from their "
+                f"last build), {self.unchanged} unchanged, {total} history rows written in {self.seconds:.1f}s"
+                + (f" ({parts})" if parts else ""))
 
 
 def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = None,
-                clusters: list[str] | None = None) -> ReconstructResult:
-    """Build every entity history from the landed tables and replace the history tables with it."""
+                clusters: list[str] | None = None, full: bool = False) -> ReconstructResult:
+    """Bring the entity histories up to date with the landed tables: clusters whose log only grew go on from
+    where the last build stopped, changed ones are replayed from their base (``kraftlog.spark.increments``);
+    ``full`` replays every cluster from its base."""
     store = store or store_for(spark, config)
     build_id = new_run_id()
     with writing(store, config, build_id, "reconstruct"):
-        return _reconstruct(spark, store, build_id, clusters)
+        return _reconstruct(spark, store, build_id, clusters, full)
 
 
-def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters: list[str] | None
+def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters: list[str] | None, full: bool
                  ) -> ReconstructResult:
     t0 = time.time()
-    for t in output_tables():
+    state_table = replay_state_table()
+    for t in [*output_tables(), state_table]:
         store.ensure(t)
-    bases = cluster_bases(landed(store), clusters)
-    files = replay(spark, store, landed(store), bases, build_id)
-    where = cluster_predicate(clusters)
-    rows = {}
-    for t in output_tables():
-        mine = [f for f in files if f.table == t.name]
-        store.overwrite(t, mine, build_id, where)
-        rows[t.name] = sum(f.num_records for f in mine)
+    source = landed(store)
+    plan = plan_build(spark, store, source, cluster_bases(source, clusters), clusters, full)
+    log.info("reconstruct: %d cluster(s) go on from their last build, %d replayed from their base, %d unchanged, "
+             "%d gone", len(plan.resumed), len(plan.rebuilt), len(plan.unchanged), len(plan.gone))
+    rows = {t.name: 0 for t in output_tables()}
+    everything = full and clusters is None
+    if plan.run or plan.gone or everything:
+        files = replay(spark, store, source, plan.run, build_id, state=plan.state)
+        ranges = replay_ranges_table()
+        for t in output_tables():
+            mine = [f for f in files if f.table == t.name]
+            where = None if everything else (plan.cluster_where() if t is ranges else plan.history_where())
+            store.overwrite(t, mine, build_id, where)
+            rows[t.name] = sum(f.num_records for f in mine)
+        done = [r.asDict() for r in store.read_staged(ranges, files).collect()]
+        state = pa.Table.from_pylist(state_table_rows(plan, done, build_id), schema=state_table.schema)
+        store.overwrite(state_table, store.stage_small(state_table, state, build_id), build_id,
+                        None if everything else plan.cluster_where())
     for name, n in rows.items():
         log.info("%s: %d rows", name, n)
-    return ReconstructResult(build_id, len(bases), rows, time.time() - t0)
+    return ReconstructResult(build_id, len(plan.run), rows, time.time() - t0, len(plan.resumed), len(plan.unchanged))
 
 
 def cluster_predicate(clusters: list[str] | None) -> str | None:

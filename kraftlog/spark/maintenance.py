@@ -17,7 +17,7 @@ from typing import Any
 from kraftlog.analytics.definitions import event_tables
 from kraftlog.config import Config
 from kraftlog.spark.store import TableStore, new_run_id, writing
-from kraftlog.state.entities import history_tables, replay_ranges_table
+from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
 from kraftlog.tables.definitions import TableDef, catalog
 
 log = logging.getLogger("kraftlog")
@@ -43,7 +43,8 @@ class MaintainResult:
 
 def all_tables() -> list[TableDef]:
     """Every table kraftlog writes: landed, histories, replay ranges, events."""
-    return [*catalog().all(), *history_tables().values(), replay_ranges_table(), *event_tables().values()]
+    return [*catalog().all(), *history_tables().values(), replay_ranges_table(), replay_state_table(),
+            *event_tables().values()]
 
 
 def z_order_columns(table: TableDef) -> list[str]:

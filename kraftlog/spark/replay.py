@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from kraftlog.spark.session import default_parallelism
 from kraftlog.spark.store import StagedFile, TableStore
 from kraftlog.state.bases import Base, SnapshotRef, choose_base, parse_snapshot_id, snapshot_reach
-from kraftlog.state.entities import history_tables, replay_ranges_table
+from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
 from kraftlog.state.history import Versions
 from kraftlog.state.replay import Event, Replayer
 from kraftlog.tables.definitions import RECORD_KEY, TableDef, catalog, columns_at, typed_specs
@@ -37,7 +37,7 @@ from kraftlog.wire.messages import Decoded
 
 TableSource = Callable[[str], DataFrame]  # a landed table by name (records, topic_record, ...)
 
-SNAPSHOT, LOG, END = 0, 1, 2  # phases of one replay's stream, in order
+STATE, SNAPSHOT, LOG, END = -1, 0, 1, 2  # phases of one replay's stream, in order
 MAX_PROBLEMS = 100  # problems kept per replay_ranges row (a summary line counts the rest)
 
 
@@ -52,6 +52,8 @@ class ClusterBase:
     last_ms: int | None = None  # time of the last log record
     snapshots: list[SnapshotRef] = field(default_factory=list)
     log_epochs: dict[int, int] = field(default_factory=dict)
+    resume_from: int | None = None  # go on from this offset, from the state the last build left (state rows)
+    carried: list[str] = field(default_factory=list)  # problems the last build found before resume_from
 
     def reach(self, s: SnapshotRef) -> tuple[bool, str]:
         return snapshot_reach(s, self.base, self.last, self.log_epochs)
@@ -154,16 +156,33 @@ def _typed_rows(table: TableSource, source: _Source) -> DataFrame:
                      else F.lit("{}").alias("_data"))
 
 
-def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], sources: list[_Source]) -> DataFrame:
-    """Every replay's rows in application order, partitioned by output cluster (see the module docstring)."""
+def state_rows(histories: dict[str, DataFrame], clusters: list[str]) -> DataFrame | None:
+    """Stream rows restoring where the last build of ``clusters`` stopped: every current version."""
+    out: DataFrame | None = None
+    for kind, df in histories.items():
+        k = BY_NAME[kind]
+        part = (df.filter(F.col("cluster_id").isin(clusters) & F.col("valid_to_offset").isNull())
+                .select(F.col("cluster_id").alias("_out"), F.col("valid_from_offset").alias("log_offset"),
+                        F.unix_millis("valid_from").alias("_ms"), F.lit(kind).alias("record_type"),
+                        F.to_json(F.struct(*k.key_names, *k.value_names), {"ignoreNullFields": "false"}).alias("_data"),
+                        F.lit(STATE).alias("_phase"), F.lit(0).cast("long").alias("_seq")))
+        out = part if out is None else out.unionByName(part)
+    return out
+
+
+def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], sources: list[_Source],
+           state: DataFrame | None = None) -> DataFrame:
+    """Every replay's rows in application order, partitioned by output cluster (see the module docstring);
+    ``state`` (``state_rows``) restores the clusters that go on from their last build."""
     rows: DataFrame | None = None
     for s in sources:
         part = _typed_rows(table, s)
         rows = part if rows is None else rows.unionByName(part)
     assert rows is not None
     snap_plan = [(b.source_cluster, b.base.snapshot.snapshot_id, b.cluster_id) for b in bases
-                 if b.base.snapshot is not None]
-    log_plan = [(b.source_cluster, b.base.first, b.cluster_id) for b in bases if b.last is not None]
+                 if b.base.snapshot is not None and b.resume_from is None]
+    log_plan = [(b.source_cluster, b.base.first if b.resume_from is None else b.resume_from, b.cluster_id)
+                for b in bases if b.last is not None]
     out = spark.createDataFrame([(b.cluster_id,) for b in bases], "_out string").select(
         "_out", F.lit(END).alias("_phase"), F.lit(0).cast("long").alias("_seq"))
     if snap_plan:
@@ -179,6 +198,8 @@ def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], so
             .filter(F.col("log_offset") >= F.col("_first"))
             .select(*STREAM, F.lit(LOG).alias("_phase"), F.col("log_offset").alias("_seq")),
             allowMissingColumns=True)
+    if state is not None:
+        out = out.unionByName(state, allowMissingColumns=True)
     n = max(1, min(len(bases), default_parallelism(spark)))
     return out.repartition(n, "_out").sortWithinPartitions("_out", "_phase", "_seq")
 
@@ -187,7 +208,7 @@ STREAM = ("_out", "log_offset", "_ms", "batch_epoch", "record_type", "record_ver
 
 
 def replay(spark: SparkSession, store: TableStore, table: TableSource, bases: list[ClusterBase], build_id: str,
-           scratch: bool = False) -> list[StagedFile]:
+           scratch: bool = False, state: DataFrame | None = None) -> list[StagedFile]:
     """Replay every cluster of ``bases`` on the executors; each task writes the history rows and one
     ``replay_ranges`` row per cluster as Parquet files of ``output_tables()`` (staged by ``store``; with
     ``scratch``, aside from the tables). Returns the files written."""
@@ -200,7 +221,8 @@ def replay(spark: SparkSession, store: TableStore, table: TableSource, bases: li
     def produce(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, pa.Table]]:
         return _replay_partition(batches, by_out, sources, build_id, built_at)
 
-    return store.stage_chunks(stream(spark, table, bases, sources), output_tables(), produce, build_id, scratch)
+    return store.stage_chunks(stream(spark, table, bases, sources, state), output_tables(), produce, build_id,
+                              scratch)
 
 
 def output_tables() -> list[TableDef]:
@@ -247,7 +269,18 @@ class _Replay:
         self.base, self.sink, self.build_id, self.built_at = base, sink, build_id, built_at
         self.history = Versions(base.cluster_id, sink.version)
         self.replayer = Replayer(self.history.add)
-        self.snapshot: list[Event] | None = [] if base.base.snapshot is not None else None
+        self.snapshot: list[Event] | None = [] if base.base.snapshot is not None and base.resume_from is None \
+            else None
+        self.replayer.problems.extend(base.carried)
+
+    def restore(self, kind: str, data: str, offset: int, ms: int) -> None:
+        """One current version the last build left: into the image and the open versions."""
+        k = BY_NAME[kind]
+        row = json.loads(data)
+        key = tuple(row[c] for c in k.key_names)
+        value = {c: row[c] for c in k.value_names}
+        self.replayer.image.entities[kind][key] = value
+        self.history.resume(kind, key, offset, ms, value)
 
     def snapshot_record(self, ev: Event) -> None:
         assert self.snapshot is not None, "snapshot rows of a replay without a base snapshot"
@@ -308,6 +341,9 @@ def _replay_batches(batches: Iterable[pa.RecordBatch], bases: dict[str, ClusterB
             if current is None or current.base.cluster_id != out:
                 current = _Replay(bases[out], sink, build_id, built_at)
             phase = cols["_phase"][i]
+            if phase == STATE:
+                current.restore(cols["record_type"][i], cols["_data"][i], cols["log_offset"][i], cols["_ms"][i])
+                continue
             if phase == END:
                 current.finish()
                 current = None

@@ -182,3 +182,22 @@ def replay_ranges_table() -> TableDef:
     ])
     return TableDef("replay_ranges", schema, "Per cluster: the offsets the entity histories cover and the "
                     "problems of replay.", ("cluster_id",), (), "history")
+
+
+@functools.cache
+def replay_state_table() -> TableDef:
+    """Per cluster: where the last history build stopped, so the next one can go on from there."""
+    schema = pa.schema([
+        col("cluster_id", pa.string(), "Cluster", nullable=False),
+        col("base_snapshot_id", pa.string(), "Snapshot replay started from (null: from the log's first offset)"),
+        col("first_offset", pa.int64(), "First log offset applied (null: no log)"),
+        col("last_offset", pa.int64(), "Last log offset applied"),
+        col("resume_offset", pa.int64(), "Where the next build goes on: the Begin of a still-open metadata "
+            "transaction, else last_offset + 1"),
+        col("applied_records", pa.int64(), "Log records in [first_offset, last_offset] when the build ran"),
+        col("applied_digest", pa.int64(), "Order-free digest (xor of xxhash64 of offset, epoch and value hash) of "
+            "those records: a landed row that changed since makes the next build replay the cluster from its base"),
+        col("build_id", pa.string(), "The history build that wrote this row"),
+    ])
+    return TableDef("replay_state", schema, "Per cluster: where the entity histories stop and a digest of the "
+                    "log they were built from (incremental builds).", ("cluster_id",), (), "history")

@@ -42,6 +42,10 @@ class Versions:
             self._settle(entity, pending)
         self._pending[entity] = (c.offset, c.timestamp, c.value)
 
+    def resume(self, kind: str, key: Key, offset: int, timestamp: int, value: Value) -> None:
+        """Take a version a previous run left current (before any change)."""
+        self._last[(kind, key)] = (offset, timestamp, value)
+
     def finish(self) -> None:
         """End of the input: settle every pending change and emit the current versions."""
         for entity, step in self._pending.items():

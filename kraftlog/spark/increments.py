@@ -1,0 +1,152 @@
+"""Incremental history builds: which clusters to leave, to go on with, or to replay from their base.
+
+A build leaves, per cluster, a ``replay_state`` row: its base, the last offset applied, where to go on
+(the Begin of a still-open metadata transaction, else the next offset) and a digest of the log
+records it applied. The next build compares each cluster with that row:
+
+* **unchanged**: same base, same last offset, same digest: nothing to do;
+* **go on**: same base, the log only grew, and the records applied before are exactly the same
+  (count and digest): the replay restarts from the current versions the last build left (its open
+  history rows are the image) and applies only the new records; the open rows are rewritten, closed
+  rows stay;
+* **rebuild**: anything else (a truncated log, another base snapshot, a late-arriving older file, a
+  landed row replaced by another copy): the cluster is replayed from its base, alone.
+
+Either way the tables end equal to a build from scratch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kraftlog.spark.replay import ClusterBase, TableSource, state_rows
+from kraftlog.spark.store import TableStore
+from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
+
+
+@dataclass
+class Plan:
+    """What one build does: replays to run (some going on from their last state) and clusters to drop."""
+
+    run: list[ClusterBase]
+    resumed: list[str] = field(default_factory=list)
+    rebuilt: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    state: DataFrame | None = None
+    digests: dict[str, tuple[int, int]] = field(default_factory=dict)  # cluster -> (records, digest) applied now
+
+    def history_where(self) -> str | None:
+        """The rows of the history tables this build replaces."""
+        parts = []
+        if self.rebuilt or self.gone:
+            parts.append(_in([*self.rebuilt, *self.gone]))
+        if self.resumed:
+            parts.append(f"({_in(self.resumed)} AND valid_to_offset IS NULL)")
+        return " OR ".join(parts) if parts else None
+
+    def cluster_where(self) -> str | None:
+        """The rows of the per-cluster tables (``replay_ranges``, ``replay_state``) this build replaces."""
+        ids = [*self.rebuilt, *self.resumed, *self.gone]
+        return _in(ids) if ids else None
+
+
+def _in(ids: list[str]) -> str:
+    for c in ids:
+        if "'" in c or "\\" in c:
+            raise ValueError(f"cluster id {c!r}: quotes and backslashes are not supported")
+    return "cluster_id IN (" + ", ".join(f"'{c}'" for c in sorted(ids)) + ")"
+
+
+def digests(spark: SparkSession, table: TableSource, ranges: list[tuple[str, int, int | None]]
+            ) -> dict[str, dict[str, int]]:
+    """Per cluster ``(cluster_id, first, previous_last)``: count and digest of its log records from ``first`` on
+    (``n``, ``d``) and of those up to ``previous_last`` (``n_prev``, ``d_prev``), in one pass."""
+    if not ranges:
+        return {}
+    plan = spark.createDataFrame(ranges, "cluster_id string, _first long, _prev long")
+    h = F.xxhash64("log_offset", "batch_epoch", "value_hash")
+    before = F.col("_prev").isNotNull() & (F.col("log_offset") <= F.col("_prev"))
+    rows = (table("records").filter(F.col("source") == "log").join(F.broadcast(plan), "cluster_id")
+            .filter(F.col("log_offset") >= F.col("_first"))
+            .groupBy("cluster_id")
+            .agg(F.count("*").alias("n"), F.bit_xor(h).alias("d"),
+                 F.count(F.when(before, 1)).alias("n_prev"), F.bit_xor(F.when(before, h)).alias("d_prev"))
+            .collect())
+    return {r["cluster_id"]: {k: r[k] or 0 for k in ("n", "d", "n_prev", "d_prev")} for r in rows}
+
+
+def _carried(problems: list[str] | None, base_problem: str | None) -> list[str]:
+    """The replay problems of the last build that still stand when going on from its state."""
+    return [p for p in problems or [] if p != base_problem and not p.startswith("transaction begun at offset")
+            and not p.startswith("... and ")]
+
+
+def plan_build(spark: SparkSession, store: TableStore, table: TableSource, bases: list[ClusterBase],
+               clusters: list[str] | None, full: bool) -> Plan:
+    """Compare each cluster with the state its last build left (see the module docstring)."""
+    previous: dict[str, Any] = {} if full else {
+        r["cluster_id"]: r.asDict() for r in store.read(replay_state_table()).collect()}
+    first = {b.cluster_id: b.base.first for b in bases if b.last is not None}
+    found = digests(spark, table, [(c, f, (previous.get(c) or {}).get("last_offset")) for c, f in first.items()])
+    plan = Plan([], digests={c: (v["n"], v["d"]) for c, v in found.items()})
+    wanted = set(clusters) if clusters is not None else None
+    plan.gone = sorted(c for c in previous if c not in {b.cluster_id for b in bases}
+                       and (wanted is None or c in wanted))
+    go_on: dict[str, int] = {}
+    for b in bases:
+        p = previous.get(b.cluster_id)
+        verdict = _verdict(b, p, found.get(b.cluster_id))
+        if verdict == "unchanged":
+            plan.unchanged.append(b.cluster_id)
+        elif verdict == "go on":
+            assert p is not None
+            go_on[b.cluster_id] = p["resume_offset"]
+        else:
+            plan.rebuilt.append(b.cluster_id)
+            plan.run.append(b)
+    if go_on:
+        problems = {r["cluster_id"]: r["problems"] for r in store.read(replay_ranges_table())
+                    .filter(F.col("cluster_id").isin(list(go_on))).select("cluster_id", "problems").collect()}
+        for b in bases:
+            if b.cluster_id in go_on:
+                plan.run.append(replace(b, resume_from=go_on[b.cluster_id],
+                                        carried=_carried(problems.get(b.cluster_id), b.base.problem)))
+        plan.resumed = sorted(go_on)
+        plan.state = state_rows({kind: store.read(t) for kind, t in history_tables().items()}, plan.resumed)
+    return plan
+
+
+def _verdict(b: ClusterBase, p: dict[str, Any] | None, d: dict[str, int] | None) -> str:
+    """unchanged, go on, or rebuild (see the module docstring)."""
+    if p is None:
+        return "rebuild"
+    snap = b.base.snapshot
+    same_base = (p["base_snapshot_id"] == (snap.snapshot_id if snap else None)
+                 and p["first_offset"] == (b.base.first if b.last is not None else None))
+    if not same_base:
+        return "rebuild"
+    if b.last is None or p["last_offset"] is None:
+        return "unchanged" if b.last is None and p["last_offset"] is None else "rebuild"
+    if b.last < p["last_offset"] or d is None or (d["n_prev"], d["d_prev"]) != (p["applied_records"],
+                                                                              p["applied_digest"]):
+        return "rebuild"
+    return "unchanged" if b.last == p["last_offset"] else "go on"
+
+
+def state_table_rows(plan: Plan, ranges: list[dict[str, Any]], build_id: str) -> list[dict[str, Any]]:
+    """The ``replay_state`` rows of the clusters this build replayed, from their ``replay_ranges`` rows."""
+    out = []
+    for r in ranges:
+        n, d = plan.digests.get(r["cluster_id"], (0, 0))
+        last = r["last_offset"]
+        resume = r["open_transaction_offset"] if r["open_transaction_offset"] is not None else (
+            last + 1 if last is not None else None)
+        out.append({"cluster_id": r["cluster_id"], "base_snapshot_id": r["base_snapshot_id"],
+                    "first_offset": r["first_offset"], "last_offset": last, "resume_offset": resume,
+                    "applied_records": n, "applied_digest": d, "build_id": build_id})
+    return out

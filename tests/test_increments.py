@@ -1,0 +1,105 @@
+"""Incremental history builds: a log that grows goes on from the last build, anything else replays the cluster
+from its base, and the tables always equal a build from scratch."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SAMPLE
+from deltalake import DeltaTable
+from history_gen import GenCluster, clusters, write_cluster
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from services import table_rows
+
+from kraftlog.config import Config
+from kraftlog.spark.history import ReconstructResult, reconstruct
+from kraftlog.spark.ingest import ingest
+from kraftlog.state.entities import history_tables
+
+pytestmark = pytest.mark.spark
+
+BUILT = [*(t.name for t in history_tables().values()), "replay_ranges", "replay_state"]
+
+
+def copy_upto(source: Path, dest: Path, end: int, skip: tuple[str, ...] = ()) -> Path:
+    """``source``'s data directories in ``dest`` as they were when the log ended at offset ``end`` (exclusive):
+    later batches cut off, later segments and snapshots absent; files named in ``skip`` left out."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(source, dest)
+    for f in sorted(dest.rglob("__cluster_metadata-0/*")):
+        if f.suffix not in (".log", ".checkpoint"):
+            continue
+        start = int(f.name.split(".")[0].split("-")[0])
+        if f.name in skip or (f.suffix == ".checkpoint" and start > end) or (f.suffix == ".log" and start >= end):
+            f.unlink()
+        elif f.suffix == ".log":
+            data = f.read_bytes()
+            pos = 0
+            while pos + 12 <= len(data):
+                base, length = struct.unpack_from(">qi", data, pos)
+                if base >= end:
+                    break
+                pos += 12 + length
+            f.write_bytes(data[:pos])
+    return dest
+
+
+def land_and_build(spark: Any, inputs: Path, wh: Path, full: bool = False) -> ReconstructResult:
+    config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
+    ingest(spark, [str(inputs)], config)
+    return reconstruct(spark, config, full=full)
+
+
+def assert_same_as_a_full_build(spark: Any, inputs: Path, wh: Path, scratch: Path) -> None:
+    fresh = scratch / "fresh-wh"
+    shutil.rmtree(fresh, ignore_errors=True)
+    land_and_build(spark, inputs, fresh, full=True)
+    for name in BUILT:
+        assert table_rows(str(wh / name)) == table_rows(str(fresh / name)), name
+
+
+def test_a_growing_log_goes_on_from_the_last_build(spark: Any, tmp_path: Path) -> None:
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    first = land_and_build(spark, copy_upto(SAMPLE, inputs, 900), wh)
+    assert (first.clusters, first.resumed) == (1, 0)
+    for end in (1500, 1 << 40):
+        grown = land_and_build(spark, copy_upto(SAMPLE, inputs, end), wh)
+        assert (grown.clusters, grown.resumed, grown.unchanged) == (1, 1, 0), grown.line()
+    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+    # nothing new: nothing replayed, nothing committed
+    versions = {name: DeltaTable(str(wh / name)).version() for name in BUILT}
+    again = land_and_build(spark, inputs, wh)
+    assert (again.clusters, again.unchanged) == (0, 1) and sum(again.rows.values()) == 0
+    assert versions == {name: DeltaTable(str(wh / name)).version() for name in BUILT}
+
+
+def test_an_older_segment_arriving_late_replays_the_cluster_from_its_base(spark: Any, tmp_path: Path) -> None:
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    first = land_and_build(spark, copy_upto(SAMPLE, inputs, 1 << 40, skip=("00000000000000000000.log",)), wh)
+    ranges = DeltaTable(str(wh / "replay_ranges")).to_pyarrow_table().to_pylist()
+    assert first.clusters == 1 and ranges[0]["base_snapshot_id"] is not None  # the log starts after offset 0
+    late = land_and_build(spark, copy_upto(SAMPLE, inputs, 1 << 40), wh)
+    assert (late.clusters, late.resumed) == (1, 0)  # another base: replayed from it, not gone on
+    assert DeltaTable(str(wh / "replay_ranges")).to_pyarrow_table().to_pylist()[0]["base_snapshot_id"] is None
+    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(generated=clusters(n_min=3, n_max=6), cuts=st.lists(st.integers(1, 60), min_size=1, max_size=3, unique=True))
+def test_any_split_of_random_logs_equals_a_build_from_scratch(spark: Any, tmp_path_factory: Any,
+                                                              generated: list[GenCluster], cuts: list[int]) -> None:
+    source = tmp_path_factory.mktemp("gen")
+    for c in generated:
+        write_cluster(source, c)
+    work = tmp_path_factory.mktemp("inc")
+    inputs, wh = work / "in", work / "wh"
+    for end in [*sorted(cuts), 1 << 40]:
+        land_and_build(spark, copy_upto(source, inputs, end), wh)
+    assert_same_as_a_full_build(spark, inputs, wh, work)
