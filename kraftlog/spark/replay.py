@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from kraftlog.spark.session import default_parallelism
-from kraftlog.spark.store import StagedFile, TableStore
+from kraftlog.spark.store import FILE_PART, StagedFile, TableStore
 from kraftlog.state.bases import Base, SnapshotRef, choose_base, parse_snapshot_id, snapshot_reach
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
 from kraftlog.state.history import Versions
@@ -245,7 +245,9 @@ class _Sink:
         for c in ("valid_from", "valid_to"):  # ms -> the table's microseconds
             if row[c] is not None:
                 row[c] *= 1000
-        self.rows[self.history[kind]].append(row)
+        # current versions go to files of their own: the next build rewrites them, never the closed ones
+        name = self.history[kind] if row["valid_to_offset"] is not None else self.history[kind] + FILE_PART + "open"
+        self.rows.setdefault(name, []).append(row)
         self.count += 1
 
     def add(self, table: str, row: dict[str, Any]) -> None:
@@ -255,7 +257,8 @@ class _Sink:
     def drain(self, at_least: int = 1) -> Iterator[dict[str, pa.Table]]:
         if self.count < at_least:
             return
-        out = {name: pa.Table.from_pylist(rows, schema=self.tables[name]) for name, rows in self.rows.items() if rows}
+        out = {name: pa.Table.from_pylist(rows, schema=self.tables[name.split(FILE_PART)[0]])
+               for name, rows in self.rows.items() if rows}
         for rows in self.rows.values():
             rows.clear()
         self.count = 0

@@ -51,7 +51,9 @@ APPEND_APP = "kraftlog-append"
 DELETE_APP = "kraftlog-delete"
 # a router turns one input batch into rows of tables: one dict, or several (to bound memory)
 Router = Callable[[pa.RecordBatch], dict[str, pa.Table] | Iterator[dict[str, pa.Table]]]
-# a producer turns one task's input batches into rows of tables (for ``stage_chunks``)
+# a producer turns one task's input batches into rows of tables (for ``stage_chunks``); a key ``<table>#<part>``
+# puts rows in a file of their own
+FILE_PART = "#"
 Producer = Callable[[Iterable[pa.RecordBatch]], Iterator[dict[str, pa.Table]]]
 
 # what executor-side writers return to the driver: one row per Parquet file written
@@ -240,14 +242,16 @@ def _routed(batches: Iterable[pa.RecordBatch], router: Router) -> Iterator[dict[
 
 def _stage_partition(chunks: Iterable[dict[str, pa.Table]], roots: dict[str, str], schemas: dict[str, pa.Schema],
                      prefix: str, storage: Storage) -> Iterator[pa.RecordBatch]:
-    """Executor side: stream each table's rows into one Parquet file per task; one metadata row per file."""
+    """Executor side: stream each table's rows into one Parquet file per task (per ``<table>#<part>`` key of the
+    chunks: one file per part); one metadata row per file."""
     writers: dict[str, StreamingWriter] = {}
     for chunk in chunks:
-        for name, t in chunk.items():
+        for key, t in chunk.items():
             if t.num_rows:
-                w = writers.get(name)
+                w = writers.get(key)
                 if w is None:
-                    w = writers[name] = StreamingWriter(name, roots[name], schemas[name], prefix, storage)
+                    name = key.split(FILE_PART)[0]
+                    w = writers[key] = StreamingWriter(name, roots[name], schemas[name], prefix, storage)
                 w.write(t)
     rows = [{k: v for k, v in asdict(w.close()).items() if k != "root"} for w in writers.values()]
     if rows:
