@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bigcluster import generate
+from bigcluster import GENERATOR_VERSION, generate
 from common import ROOT, WorkerMemory, copy_corpus, local_config, rss_kb, save_results, with_warehouse
 
 
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     inputs: list[tuple[str, Path]] = []
     for scale in [int(s) for s in args.scales.split(",") if s]:
         n = args.records * scale
-        where = ROOT / "out" / f"bigcluster-{n}-{args.partitions}"
+        where = ROOT / "out" / f"bigcluster-v{GENERATOR_VERSION}-{n}-{args.partitions}"
         if not (where / "node-3000" / "meta.properties").exists():
             shutil.rmtree(where, ignore_errors=True)
             print(f"generating {where} ...", flush=True)

@@ -39,13 +39,15 @@ sys.path.insert(0, str(ROOT / "tests"))
 from encoder import Encoder, batch, control_key, record, uvarint  # noqa: E402
 
 from kraftlog.schema.registry import load_schemas  # noqa: E402
+from kraftlog.state.entities import MIGRATING, UNASSIGNED  # noqa: E402
 
 S = load_schemas()
 _META = {spec.record_type: spec for spec in S.metadata.values()}
 _CONTROL = {spec.dump_name: spec for spec in S.control.values()}
 _ENCODERS: dict[str, Encoder] = {}
-VERSIONS = {"REGISTER_BROKER_RECORD": 1, "BROKER_REGISTRATION_CHANGE_RECORD": 1}
+VERSIONS = {"REGISTER_BROKER_RECORD": 1, "BROKER_REGISTRATION_CHANGE_RECORD": 1, "PARTITION_RECORD": 1}
 T0 = 1_760_000_000_000  # ms
+GENERATOR_VERSION = 2  # part of the benchmarks' cache key: bump when the output changes
 
 
 def uid(n: int) -> str:
@@ -78,6 +80,10 @@ class Partition:
     partition_epoch: int = 0
     adding: list[int] = field(default_factory=list)
     removing: list[int] = field(default_factory=list)
+    directories: list[str] = field(default_factory=list)  # as Kafka's image holds them
+
+    def __post_init__(self) -> None:
+        self.directories = self.directories or [MIGRATING] * len(self.replicas)
 
 
 @dataclass
@@ -159,18 +165,14 @@ class Cluster:
                 replicas: list[int] | None = None, adding: list[int] | None = None,
                 removing: list[int] | None = None) -> tuple[bytes | None, bytes]:
         data: dict[str, Any] = {"topic_id": p.topic_id, "partition_id": p.partition_id}
-        if isr is not None:
-            p.isr = list(isr)
-            data["isr"] = p.isr
-        if replicas is not None:
-            p.replicas = list(replicas)
-            data["replicas"] = p.replicas
-        if adding is not None:
-            p.adding = list(adding)
-            data["adding_replicas"] = p.adding
-        if removing is not None:
-            p.removing = list(removing)
-            data["removing_replicas"] = p.removing
+        for attr, column, value in (("isr", "isr", isr), ("replicas", "replicas", replicas),
+                                    ("adding", "adding_replicas", adding), ("removing", "removing_replicas", removing)):
+            if value is not None:
+                if attr == "replicas":  # DirectoryId.createDirectoriesFrom: new replicas are UNASSIGNED
+                    where = dict(zip(p.replicas, p.directories, strict=True))
+                    p.directories = [where.get(r, UNASSIGNED) for r in value]
+                setattr(p, attr, list(value))
+                data[column] = getattr(p, attr)
         if leader is not None:
             p.leader = leader
             p.leader_epoch += 1
@@ -181,7 +183,7 @@ class Cluster:
     def _partition_record(self, p: Partition) -> tuple[bytes | None, bytes]:
         return metadata("PARTITION_RECORD", topic_id=p.topic_id, partition_id=p.partition_id, replicas=p.replicas,
                         isr=p.isr, removing_replicas=p.removing, adding_replicas=p.adding, leader=p.leader,
-                        leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch)
+                        leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch, directories=p.directories)
 
     def _register(self, b: Broker) -> tuple[bytes | None, bytes]:
         return metadata("REGISTER_BROKER_RECORD", broker_id=b.broker_id, incarnation_id=uid(10_000 + b.incarnation),
@@ -342,10 +344,10 @@ class Cluster:
     def delete_topics(self, count: int) -> None:
         for tid in self.rng.sample(sorted(self.topics), min(count, len(self.topics))):
             name = self.topics.pop(tid)
-            for k in [k for k in self.partitions if k[0] == tid]:
-                del self.partitions[k]
-            for k in [k for k in self.configs if k[0] == 2 and k[1] == name]:
-                del self.configs[k]
+            for part in [k for k in self.partitions if k[0] == tid]:
+                del self.partitions[part]
+            for config in [k for k in self.configs if k[0] == 2 and k[1] == name]:
+                del self.configs[config]
             self.log.append([metadata("REMOVE_TOPIC_RECORD", topic_id=tid)])
 
     def failover(self) -> None:
