@@ -251,6 +251,8 @@ def test_verify_reports_a_snapshot_that_disagrees_with_the_log(spark: Any, tmp_p
     assert sorted(topics.to_pyarrow_table().column("cluster_id").to_pylist()) == ["bad", "good"]
     job = load_job("reconstruct")
     assert job.main(["--warehouse", str(wh), "--cluster", "bad", "--verify"]) == 1  # the gate fails the task
+    assert DeltaTable(str(wh / "topics_history")).version() == version  # nothing new: nothing rewritten
+    assert job.main(["--warehouse", str(wh), "--cluster", "bad", "--full"]) == 0
     topics = DeltaTable(str(wh / "topics_history"))
     assert topics.version() > version  # the rows of "bad" were replaced ...
     assert sorted(topics.to_pyarrow_table().column("cluster_id").to_pylist()) == ["bad", "good"]  # ... only

@@ -122,7 +122,7 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
     log.info("reconstruct: %d cluster(s) go on from their last build, %d replayed from their base, %d unchanged, "
              "%d gone", len(plan.resumed), len(plan.rebuilt), len(plan.unchanged), len(plan.gone))
     rows = {t.name: 0 for t in output_tables()}
-    everything = full and clusters is None
+    everything = clusters is None and plan.from_scratch  # every table replaced in one commit each
     if plan.run or plan.gone or everything:
         files = replay(spark, store, source, plan.run, build_id, state=plan.state)
         ranges = replay_ranges_table()

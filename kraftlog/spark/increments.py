@@ -39,6 +39,7 @@ class Plan:
     gone: list[str] = field(default_factory=list)
     state: DataFrame | None = None
     digests: dict[str, tuple[int, int]] = field(default_factory=dict)  # cluster -> (records, digest) applied now
+    from_scratch: bool = False  # no build state at all (a new warehouse, or one built before replay_state)
 
     def history_where(self) -> str | None:
         """The rows of the history tables this build replaces."""
@@ -93,7 +94,7 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, bases
         r["cluster_id"]: r.asDict() for r in store.read(replay_state_table()).collect()}
     first = {b.cluster_id: b.base.first for b in bases if b.last is not None}
     found = digests(spark, table, [(c, f, (previous.get(c) or {}).get("last_offset")) for c, f in first.items()])
-    plan = Plan([], digests={c: (v["n"], v["d"]) for c, v in found.items()})
+    plan = Plan([], digests={c: (v["n"], v["d"]) for c, v in found.items()}, from_scratch=not previous)
     wanted = set(clusters) if clusters is not None else None
     plan.gone = sorted(c for c in previous if c not in {b.cluster_id for b in bases}
                        and (wanted is None or c in wanted))
