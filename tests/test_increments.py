@@ -103,3 +103,21 @@ def test_any_split_of_random_logs_equals_a_build_from_scratch(spark: Any, tmp_pa
     for end in [*sorted(cuts), 1 << 40]:
         land_and_build(spark, copy_upto(source, inputs, end), wh)
     assert_same_as_a_full_build(spark, inputs, wh, work)
+
+
+def test_going_on_from_an_open_transaction_reports_its_problems_once(spark: Any, tmp_path: Path) -> None:
+    topic = {"topic_id": "AAAAAAAAAAAAAAAAAAAAZQ", "name": "t"}
+    log = [("meta", "BEGIN_TRANSACTION_RECORD", 0, {"name": "a"}),
+           ("meta", "BEGIN_TRANSACTION_RECORD", 0, {"name": "b"}),
+           ("meta", "TOPIC_RECORD", 0, topic),
+           ("meta", "END_TRANSACTION_RECORD", 0, {}),
+           ("meta", "NO_OP_RECORD", 0, {})]
+    source = tmp_path / "src"
+    write_cluster(source, GenCluster("c", log))
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    land_and_build(spark, copy_upto(source, inputs, 3), wh)  # ends inside the transaction begun at 0
+    grown = land_and_build(spark, copy_upto(source, inputs, 1 << 40), wh)
+    assert grown.resumed == 1
+    (ranges,) = DeltaTable(str(wh / "replay_ranges")).to_pyarrow_table().to_pylist()
+    assert ranges["problems"] == ["offset 1: BeginTransaction inside the transaction begun at 0"]
+    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)

@@ -17,6 +17,7 @@ Either way the tables end equal to a build from scratch.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -81,10 +82,15 @@ def digests(spark: SparkSession, table: TableSource, ranges: list[tuple[str, int
     return {r["cluster_id"]: {k: r[k] or 0 for k in ("n", "d", "n_prev", "d_prev")} for r in rows}
 
 
-def _carried(problems: list[str] | None, base_problem: str | None) -> list[str]:
-    """The replay problems of the last build that still stand when going on from its state."""
+def _carried(problems: list[str] | None, base_problem: str | None, resume_from: int) -> list[str]:
+    """The replay problems of the last build that still stand when going on from ``resume_from``: not the base's,
+    not the end-of-input ones, not those at offsets replayed again (from the Begin of a transaction left open)."""
+    def before(p: str) -> bool:
+        m = re.match(r"offset (\d+):", p)
+        return m is None or int(m.group(1)) < resume_from
+
     return [p for p in problems or [] if p != base_problem and not p.startswith("transaction begun at offset")
-            and not p.startswith("... and ")]
+            and not p.startswith("... and ") and before(p)]
 
 
 def plan_build(spark: SparkSession, store: TableStore, table: TableSource, bases: list[ClusterBase],
@@ -116,7 +122,8 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, bases
         for b in bases:
             if b.cluster_id in go_on:
                 plan.run.append(replace(b, resume_from=go_on[b.cluster_id],
-                                        carried=_carried(problems.get(b.cluster_id), b.base.problem)))
+                                        carried=_carried(problems.get(b.cluster_id), b.base.problem,
+                                                         go_on[b.cluster_id])))
         plan.resumed = sorted(go_on)
         plan.state = state_rows({kind: store.read(t) for kind, t in history_tables().items()}, plan.resumed)
     return plan
