@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.config import Config
-from kraftlog.spark.increments import plan_build, state_table_rows
+from kraftlog.spark.increments import cluster_predicate, plan_build, state_table_rows
 from kraftlog.spark.replay import (
     ClusterBase,
     TableSource,
@@ -138,19 +138,6 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
     for name, n in rows.items():
         log.info("%s: %d rows", name, n)
     return ReconstructResult(build_id, len(plan.run), rows, time.time() - t0, len(plan.resumed), len(plan.unchanged))
-
-
-def cluster_predicate(clusters: list[str] | None) -> str | None:
-    """``cluster_id IN (...)`` for a partial rebuild (None: everything)."""
-    return None if clusters is None else "cluster_id IN (" + ", ".join(_sql(c) for c in clusters) + ")"
-
-
-def _sql(text: str) -> str:
-    """A cluster id as a SQL string literal (ids with quotes or backslashes are refused, not escaped:
-    delta-rs and Spark SQL escape them differently)."""
-    if "'" in text or "\\" in text:
-        raise ValueError(f"cluster id {text!r}: quotes and backslashes are not supported in --cluster")
-    return f"'{text}'"
 
 
 def read_histories(store: TableStore) -> History:

@@ -46,22 +46,28 @@ class Plan:
         """The rows of the history tables this build replaces."""
         parts = []
         if self.rebuilt or self.gone:
-            parts.append(_in([*self.rebuilt, *self.gone]))
+            parts.append(str(cluster_predicate([*self.rebuilt, *self.gone])))
         if self.resumed:
-            parts.append(f"({_in(self.resumed)} AND valid_to_offset IS NULL)")
+            parts.append(f"({cluster_predicate(self.resumed)} AND valid_to_offset IS NULL)")
         return " OR ".join(parts) if parts else None
 
     def cluster_where(self) -> str | None:
         """The rows of the per-cluster tables (``replay_ranges``, ``replay_state``) this build replaces."""
         ids = [*self.rebuilt, *self.resumed, *self.gone]
-        return _in(ids) if ids else None
+        return cluster_predicate(ids) if ids else None
 
 
-def _in(ids: list[str]) -> str:
-    for c in ids:
-        if "'" in c or "\\" in c:
-            raise ValueError(f"cluster id {c!r}: quotes and backslashes are not supported")
-    return "cluster_id IN (" + ", ".join(f"'{c}'" for c in sorted(ids)) + ")"
+def cluster_predicate(clusters: list[str] | None) -> str | None:
+    """``cluster_id IN (...)`` for a partial rebuild (None: everything)."""
+    return None if clusters is None else "cluster_id IN (" + ", ".join(_sql(c) for c in clusters) + ")"
+
+
+def _sql(text: str) -> str:
+    """A cluster id as a SQL string literal (ids with quotes or backslashes are refused, not escaped:
+    delta-rs and Spark SQL escape them differently)."""
+    if "'" in text or "\\" in text:
+        raise ValueError(f"cluster id {text!r}: quotes and backslashes are not supported in --cluster")
+    return f"'{text}'"
 
 
 def digests(spark: SparkSession, table: TableSource, ranges: list[tuple[str, int, int | None]]
