@@ -19,12 +19,13 @@ from kraftlog.spark.session import job_arguments
 
 def _options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("inputs", nargs="+", help="input roots (local, s3a://, ...; also comma separated)")
+    ap.add_argument("--allow-empty", action="store_true", help="succeed when the inputs hold no data directory")
 
 
 def main(argv: list[str] | None = None) -> int:
     args, config, spark = job_arguments("Ingest KRaft metadata logs into Delta tables", argv, _options)
     roots = [root for arg in args.inputs for root in arg.split(",") if root]  # "a,b" from a scheduler template
-    print(ingest(spark, roots, config).line())
+    print(ingest(spark, roots, config, allow_empty=args.allow_empty).line())
     return 0
 
 

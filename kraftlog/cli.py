@@ -31,20 +31,26 @@ def dump(paths: tuple[Path, ...], summary: bool, no_redact: bool) -> None:
 
     files = log_files(paths)
     if not files:
-        raise click.ClickException("no metadata log files (*.log, *.checkpoint) under the given paths")
+        raise click.ClickException("no metadata log files (*.log, *.checkpoint) under "
+                                   + ", ".join(str(p) for p in paths))
     if summary:
         s = Summary()
         for path, info in files:
             s.add_file(path, info)
         click.echo(s.render())
-        return
+        sys.exit(1 if s.errors else 0)
     out = sys.stdout
+    problems: list[str] = []
     try:
-        for line in dump_lines(files, redact=not no_redact):
+        for line in dump_lines(files, redact=not no_redact, problems=problems):
             out.write(line)
             out.write("\n")
     except BrokenPipeError:  # `kraftlog dump ... | head`
         sys.stderr.close()
+        return
+    if problems:  # like fsck: the output is all there, the status says it is not clean
+        click.echo(f"{len(problems)} problem(s), the first: {problems[0]}", err=True)
+        sys.exit(1)
 
 
 def _one_cluster(paths: tuple[Path, ...], cluster: str | None, redact: bool):  # type: ignore[no-untyped-def]
@@ -204,11 +210,12 @@ def _build(run, warehouse: str | None, conf_file: str | None, clusters: tuple[st
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     from kraftlog.lease import WarehouseBusy
+    from kraftlog.spark.store import NotAWarehouseError
 
     spark, store, config = _spark_store(warehouse, conf_file)
     try:
         click.echo(run(spark, config, store, list(clusters) or None).line())
-    except (LookupError, WarehouseBusy) as e:
+    except (LookupError, WarehouseBusy, NotAWarehouseError) as e:
         raise click.ClickException(str(e)) from e
 
 
@@ -285,11 +292,12 @@ def maintain(warehouse: str | None, conf_file: str | None, z_order: bool, retent
     """
     from kraftlog.lease import WarehouseBusy
     from kraftlog.spark.maintenance import maintain as run
+    from kraftlog.spark.store import NotAWarehouseError
 
     _, store, config = _spark_store(warehouse, conf_file)
     try:
         click.echo(run(store, config, z_order=z_order, vacuum=not no_vacuum, retention_hours=retention_hours).line())
-    except WarehouseBusy as e:
+    except (WarehouseBusy, NotAWarehouseError) as e:
         raise click.ClickException(str(e)) from e
 
 
@@ -359,7 +367,10 @@ def shell(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None,
 @click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse).")
 @_PROFILE
 @click.option("--quiet", is_flag=True, help="Only the one-line summary.")
-def ingest(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None, quiet: bool) -> None:
+@click.option("--allow-empty", is_flag=True,
+              help="Succeed when PATHS hold no KRaft data directory (default: an error).")
+def ingest(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None, quiet: bool,
+           allow_empty: bool) -> None:
     """Land the KRaft data directories under PATHS (local or any Spark file system) in Delta tables.
 
     Incremental and idempotent: a re-run adds only what is new; a run killed half-way is completed by
@@ -370,15 +381,23 @@ def ingest(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None,
     from kraftlog.lease import WarehouseBusy
     from kraftlog.spark.ingest import ingest as run_ingest
     from kraftlog.spark.session import build_session
-    from kraftlog.storage import StorageError
+    from kraftlog.spark.store import NotAWarehouseError, check_warehouse
+    from kraftlog.storage import StorageError, normalize
+    from kraftlog.wire.discover import NoInputError, find_data_dirs
 
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
     config = _config(warehouse, conf_file)
+    errors = (WarehouseBusy, StorageError, NoInputError, NotAWarehouseError)
+    try:  # what can be told without Spark is told before it starts
+        find_data_dirs([normalize(p) for p in paths], config.storage.lister(), allow_empty)
+        check_warehouse(config.storage, config.warehouse)
+    except errors as e:
+        raise click.ClickException(str(e)) from e
     spark = build_session(config)
     try:
-        result = run_ingest(spark, list(paths), config)
-    except (WarehouseBusy, StorageError) as e:
+        result = run_ingest(spark, list(paths), config, allow_empty=allow_empty)
+    except errors as e:
         raise click.ClickException(str(e)) from e
     click.echo(result.line())
 

@@ -21,11 +21,33 @@ def resolve_identity(dd: DataDir, meta: MetaProperties | None, config: Config) -
     cluster = _fill(config.cluster_template, values)
     node_text = _fill(config.node_template, values)
     node = int(node_text) if node_text.lstrip("-").isdigit() else None
+    problem = None if meta is None or meta.problem is None else \
+        f"{dd.meta_properties.path if dd.meta_properties else dd.root}: {meta.problem}"
     for o in config.overrides:
         if _norm(dd.root).startswith(_norm(o.prefix)):
             cluster = o.cluster or cluster
             node = o.node if o.node is not None else node
-    return FileIdentity(cluster, node, dd.root)
+            problem = None  # named by the operator
+    return FileIdentity(cluster, node, dd.root, problem)
+
+
+def same_node_twice(identities: dict[str, tuple[FileIdentity, str | None]]) -> dict[str, str]:
+    """Data directories that claim one (cluster, node) with different ``directory.id``s, by data directory:
+    two disks cannot both hold one node's metadata log, so they are unrelated clusters sharing a cluster id
+    (or one node's data directory copied and reformatted). ``identities``: data dir -> (identity, directory.id)."""
+    by_node: dict[tuple[str, int], dict[str, str]] = {}
+    for root, (ident, directory_id) in identities.items():
+        if ident.node_id is not None and directory_id:
+            by_node.setdefault((ident.cluster_id, ident.node_id), {})[root] = directory_id
+    out = {}
+    for (cluster, node), dirs in by_node.items():
+        if len(set(dirs.values())) > 1:
+            for root in dirs:
+                others = ", ".join(sorted(r for r in dirs if r != root))
+                out[root] = (f"identity conflict: {root} and {others} both claim node {node} of cluster {cluster} "
+                             "with different directory.id: unrelated clusters sharing a cluster id? "
+                             "Name them apart (README: Identity)")
+    return out
 
 
 def _fill(template: str, values: dict[str, str]) -> str:

@@ -25,3 +25,17 @@ def parse_point(text: str | None) -> tuple[int | None, int | None]:
     if t.lstrip("-").isdigit():
         return int(t), None
     return None, int(parse_time(t).timestamp() * 1000)
+
+
+def check_in_log(cluster_id: str, offset: int, floor: int, last: int, snapshot_id: str | None,
+                 timestamp_ms: int | None = None) -> None:
+    """Raise ``ValueError`` naming the log's range when ``offset`` (resolved from ``timestamp_ms`` if given) is
+    outside what is known of ``cluster_id``: from ``floor`` (the base snapshot ``snapshot_id``'s offset, or the
+    offset before the log's first) to ``last``."""
+    start = f"offset {floor} (snapshot {snapshot_id})" if snapshot_id else f"offset {floor + 1}"
+    known = f"its state is known from {start} to offset {last}"
+    if timestamp_ms is not None and offset < 0:
+        when = datetime.fromtimestamp(timestamp_ms / 1000, UTC).isoformat()
+        raise ValueError(f"{when} is before the first record of {cluster_id}'s log; {known}")
+    if offset < floor or offset > last:
+        raise ValueError(f"offset {offset} is outside the log of {cluster_id}: {known}")

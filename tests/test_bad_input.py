@@ -158,7 +158,7 @@ def test_huge_record_count_does_not_allocate() -> None:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert out.errors[0].kind == "bad_record" and peak < 1 << 20
+    assert out.errors[0].kind == "bad_count" and peak < 1 << 20
 
 
 def test_control_batches_decode_and_null_metadata_values_are_errors() -> None:

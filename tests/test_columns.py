@@ -37,13 +37,13 @@ def _both(data: bytes) -> tuple[LogColumns, LogColumns]:
 
 def _well_formed() -> bytes:
     """What real logs hold: one NoOp per batch, batches of many records, keys, nulls, log-append time."""
-    out = b"".join(batch(i, [record(0, NOOP, timestamp_delta=0)], epoch=2, base_timestamp=1_700_000_000_000 + i)
+    out = b"".join(batch(i, [record(0, NOOP, timestamp_delta=0)], epoch=3, base_timestamp=1_700_000_000_000 + i)
                    for i in range(4))
     out += batch(4, [record(i, LONG if i % 3 else NOOP, timestamp_delta=i * 5) for i in range(300)], epoch=3)
     out += batch(304, [record(0, LEADER, key=control_key(2))], control=True, epoch=3)
     out += batch(305, [record(0, None), record(1, b"", key=b"k"), record(2, bytes([1, 17, 0, 0, 0, 0, 0, 9]))],
-                 log_append_time=True, max_timestamp=1_800_000_000_000)
-    out += batch(308, [record(0, NOOP, timestamp_delta=1 << 40)], base_timestamp=5)  # a 6-byte varlong
+                 log_append_time=True, max_timestamp=1_800_000_000_000, epoch=3)
+    out += batch(308, [record(0, NOOP, timestamp_delta=1 << 40)], base_timestamp=5, epoch=3)  # a 6-byte varlong
     return out
 
 

@@ -80,8 +80,13 @@ def test_every_record_of_every_real_file_decodes(shared: Path) -> None:
     assert len(files) > 400
     bad: list[str] = []
     records = 0
+    empty = 0
     for path in files:
         result = read_file(path)
+        if Path(path).stat().st_size == 0:  # a repository that kept empty files: one located error each
+            assert [e.kind for e in result.errors] == ["empty"], path
+            empty += 1
+            continue
         bad.extend(e.describe() for e in result.errors)
         for batch, r in result.records():
             records += 1
@@ -89,7 +94,7 @@ def test_every_record_of_every_real_file_decodes(shared: Path) -> None:
             assert d is not None
             if d.status != "ok":
                 bad.append(f"{path}@{batch.position} offset {r.offset}: {d.status} {d.error}")
-    assert records > 400_000
+    assert records > 400_000 and empty == 2
     assert not bad, "\n".join(bad[:20])
 
 

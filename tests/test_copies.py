@@ -47,7 +47,8 @@ def test_a_corrupt_copy_loses_and_ties_go_to_the_lowest_known_node() -> None:
     # offset 0: equal copies, node 1 wins (unknown node last); offset 1: node 1's copy is corrupt, node 3 wins
     assert c.keep == {1: [(0, 0)], 2: [(1, 1)]}
     div = c.divergence.to_pylist()
-    assert [(r["log_offset"], r["reason"], r["loser_node_id"]) for r in div] == [(1, "same_epoch_conflict", 1)]
+    assert [(r["log_offset"], r["reason"], r["loser_node_id"]) for r in div] == [(1, "corrupt_copy", 1)]
+    assert c.conflicts == {}  # a corrupt copy is no sign of another cluster
 
 
 def test_one_whole_snapshot_copy_wins_and_differing_records_are_reported() -> None:

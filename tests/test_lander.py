@@ -98,6 +98,8 @@ def test_a_strict_span_reports_records_outside_it_and_leaves_them_out() -> None:
     out = _land([(ref, KeepSpec(((3, (1 << 63) - 1),), strict=True))])
     assert out["records"].column("log_offset").to_pylist() == list(range(3, 11))
     ledger = out["files"].to_pylist()[0]
-    assert ledger["error_count"] == 2 and ledger["records"] == 11  # the CRC mismatch and the span
+    # the CRC mismatch, the span, and each of the 8 other batches: none is where the name puts it
+    assert ledger["error_count"] == 10 and ledger["records"] == 11
+    assert "base offset 0 where the file's name says 3" in ledger["errors"][0]
     assert any("3 record(s) outside the offsets this segment's name allows (3 and above), first at offset 0"
                in e for e in ledger["errors"])

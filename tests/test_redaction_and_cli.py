@@ -80,10 +80,13 @@ def test_dump_reports_bad_bytes_as_lines_and_goes_on(tmp_path: Path) -> None:
     f = tmp_path / "00000000000000000000.log"
     f.write_bytes(batch(0, [record(0, value)]) + b"\x00" * 20)
     result = CliRunner().invoke(main, ["dump", str(f)])
-    lines = [json.loads(x) for x in result.output.splitlines()]
+    lines = [json.loads(x) for x in result.stdout.splitlines()]
     assert lines[0]["type"] == "TOPIC_RECORD" and lines[0]["error"] is None
     assert lines[1]["type"] is None and lines[1]["position"] == len(batch(0, [record(0, value)]))
     assert "invalid bytes at the end" in lines[1]["error"]
+    assert result.exit_code == 1 and "1 problem(s)" in result.stderr  # all printed, and the status says so
+    summary = CliRunner().invoke(main, ["dump", "--summary", str(f)])
+    assert summary.exit_code == 1 and "errors: 1" in summary.stdout
 
 
 def test_dump_rejects_paths_without_log_files(tmp_path: Path) -> None:

@@ -37,16 +37,19 @@ def summaries(spark: SparkSession, files: FileGroups, prefix_sizes: dict[str, in
 
 
 CHOICE = pa.schema([("file_id", pa.int32()), ("sha256", pa.string()), ("lo", pa.list_(pa.int64())),
-                    ("hi", pa.list_(pa.int64())), ("divergent", pa.int64()), ("winners", pa.int64())])
+                    ("hi", pa.list_(pa.int64())), ("divergent", pa.int64()), ("winners", pa.int64()),
+                    ("conflict", pa.string())])
 
 
 @dataclass
 class Choices:
     """What pass 1 decided, by file id: the ranges of record positions each file lands and the SHA-256
-    of the content decided on; and how many divergence and winning INDEX rows it wrote."""
+    of the content decided on, the conflicts found (``Choice.conflicts``); and how many divergence and
+    winning INDEX rows it wrote."""
 
     keep: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     sha256: dict[int, str] = field(default_factory=dict)
+    conflicts: dict[int, str] = field(default_factory=dict)
     divergent: int = 0
     winners: int = 0
 
@@ -91,11 +94,13 @@ def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity,
         winners = choice.winners
         if winners.num_rows:
             write_parquet("index", dest + "/index", winners, storage)
+        conflicts = choice.conflicts
         rows: list[dict[str, Any]] = [
             {"file_id": f.file_id, "sha256": hashlib.sha256(f.content).hexdigest(),
              "lo": [lo for lo, _ in choice.keep.get(f.file_id, ())],
-             "hi": [hi for _, hi in choice.keep.get(f.file_id, ())], "divergent": 0, "winners": 0} for f in files]
-        rows.append({"divergent": choice.divergence.num_rows, "winners": winners.num_rows})
+             "hi": [hi for _, hi in choice.keep.get(f.file_id, ())], "divergent": 0, "winners": 0,
+             "conflict": conflicts.get(f.path)} for f in files]
+        rows.append({"divergent": choice.divergence.num_rows, "winners": winners.num_rows, "conflict": None})
         return pa.RecordBatch.from_pylist(rows, CHOICE)
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -118,6 +123,8 @@ def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity,
         else:
             out.keep[r["file_id"]] = list(zip(r["lo"], r["hi"], strict=True))
             out.sha256[r["file_id"]] = r["sha256"]
+            if r["conflict"]:
+                out.conflicts[r["file_id"]] = r["conflict"]
     return out
 
 
@@ -165,8 +172,10 @@ class LandRouter:
         choice = choose(files)
         if choice.divergence.num_rows:
             yield {"divergence": render_divergence(choice.divergence, self.run_id)}
-        yield from self.lander.feed(((f, KeepSpec(tuple(choice.keep.get(f.file_id, ())))) for f in files),
-                                    columns=choice.columns)
+        conflicts = choice.conflicts
+        yield from self.lander.feed(((f, KeepSpec(tuple(choice.keep.get(f.file_id, ())),
+                                                  problems=(conflicts[f.path],) if f.path in conflicts else ()))
+                                     for f in files), columns=choice.columns)
 
 
 # -- SQL functions -----------------------------------------------------------------------------------

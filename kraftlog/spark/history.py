@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.config import Config
+from kraftlog.points import check_in_log
 from kraftlog.spark.increments import cluster_predicate, plan_build, state_table_rows
 from kraftlog.spark.replay import (
     ClusterBase,
@@ -208,11 +209,11 @@ def image_at(store: TableStore, cluster_id: str, offset: int | None = None, time
     if timestamp_ms is not None:
         offset = offset_at(records, cluster_id, timestamp_ms)
     last = r["last_offset"] if r["last_offset"] is not None else r["base_offset"]
-    offset = last if offset is None else min(offset, last)
     floor = r["base_offset"] if r["base_snapshot_id"] is not None else (r["first_offset"] or 0) - 1
-    if offset < floor:
-        raise ValueError(f"the state of {cluster_id} is known from offset {floor} on (the histories start at "
-                         f"{r['base_snapshot_id'] or 'offset 0'}), not at {offset}")
+    if offset is None:
+        offset = last
+    else:
+        check_in_log(cluster_id, offset, floor, last, r["base_snapshot_id"], timestamp_ms)
     at = (records.filter((F.col("cluster_id") == cluster_id) & (F.col("source") == "log")
                          & (F.col("log_offset") == offset)).select(F.unix_millis("timestamp").alias("ms")).first())
     ts = at["ms"] if at is not None else (r["base_ms"] or 0)

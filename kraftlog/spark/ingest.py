@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.config import Config
-from kraftlog.identity import resolve_identity
+from kraftlog.identity import resolve_identity, same_node_twice
 from kraftlog.planning import Landed, ListedFile, PlannedFile, plan_by_name, plan_files
 from kraftlog.spark.decode import LandRouter, stage_choices, summaries
 from kraftlog.spark.inputs import FileSpec, by_bytes, by_cluster, read_meta_properties
@@ -41,10 +41,11 @@ from kraftlog.spark.session import tag_jobs
 from kraftlog.spark.store import Manifest, StagedFile, TableStore, new_run_id, spark_schema, store_for, writing
 from kraftlog.spark.transforms import against_existing, keep_ranges, new_rows, path_map
 from kraftlog.storage import normalize
-from kraftlog.tables.copies import DIVERGENCE_SOURCE, render_divergence
+from kraftlog.tables.copies import DIVERGENCE_SOURCE, SAME_EPOCH, render_divergence
 from kraftlog.tables.definitions import Catalog, catalog
 from kraftlog.tables.rows import INDEX, FileIdentity, KeepSpec, file_layout
-from kraftlog.wire.discover import scan
+from kraftlog.wire.columns import read_columns
+from kraftlog.wire.discover import find_data_dirs
 
 log = logging.getLogger("kraftlog")
 
@@ -65,6 +66,7 @@ class IngestResult:
     rows_added: int = 0
     divergent: int = 0
     errors: int = 0
+    identity_conflicts: int = 0  # files whose cluster or node is in doubt (see their ledger errors)
     seconds: float = 0.0
     recovered: list[str] = field(default_factory=list)
     table_rows: dict[str, int] = field(default_factory=dict)
@@ -79,9 +81,10 @@ class IngestResult:
 
     def line(self) -> str:
         rec = f", recovered {len(self.recovered)} interrupted run(s)" if self.recovered else ""
+        doubt = f", IDENTITY CONFLICTS {self.identity_conflicts} (files.errors)" if self.identity_conflicts else ""
         return (f"kraftlog ingest {self.run_id}: files {self.files_seen} (ingested {self.files_ingested}: "
                 f"{self.files_clean} clean, {self.files_contested} contested), records {self.records_decoded}, "
-                f"new rows {self.rows_added}, divergent {self.divergent}, errors {self.errors}{rec}, "
+                f"new rows {self.rows_added}, divergent {self.divergent}, errors {self.errors}{doubt}{rec}, "
                 f"{self.seconds:.1f} s [{self.writer}]")
 
 
@@ -100,19 +103,22 @@ def _divergence_router(run_id: str):  # type: ignore[no-untyped-def]
     return lambda batch: {"divergence": render_divergence(batch, run_id)}
 
 
-def ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableStore | None = None) -> IngestResult:
+def ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableStore | None = None,
+           allow_empty: bool = False) -> IngestResult:
     """Ingest the KRaft data directories under ``inputs`` into the warehouse of ``config``.
 
     The run holds the warehouse's lease (``kraftlog.lease``): a concurrent run waits for it, up to
-    ``[warehouse] lease_wait_seconds``, then fails with ``WarehouseBusy``.
+    ``[warehouse] lease_wait_seconds``, then fails with ``WarehouseBusy``. Inputs that hold no data
+    directory are a ``NoInputError`` unless ``allow_empty``; a missing input a ``StorageError``.
     """
     store = store or store_for(spark, config)
     run_id = new_run_id()
     with writing(store, config, run_id, "ingest"):
-        return _ingest(spark, inputs, config, store, run_id)
+        return _ingest(spark, inputs, config, store, run_id, allow_empty)
 
 
-def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableStore, run_id: str) -> IngestResult:
+def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableStore, run_id: str,
+            allow_empty: bool) -> IngestResult:
     t0 = time.time()
     run_seq = int(t0 * 1000)
     cat = catalog()
@@ -125,11 +131,20 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
 
     # discover: directory listings (metadata only) and the identities in meta.properties
     storage = store.storage
-    dirs = scan([normalize(p) for p in inputs], storage.lister())
+    dirs = find_data_dirs([normalize(p) for p in inputs], storage.lister(), allow_empty)
     metas = read_meta_properties([dd.meta_properties.path for dd in dirs if dd.meta_properties], storage)
     inventory: dict[str, _File] = {}
+    identities = {}
     for dd in dirs:
-        ident = resolve_identity(dd, metas.get(dd.meta_properties.path) if dd.meta_properties else None, config)
+        meta = metas.get(dd.meta_properties.path) if dd.meta_properties else None
+        identities[dd.root] = (resolve_identity(dd, meta, config), meta.directory_id if meta else None)
+    twice = same_node_twice(identities)
+    for dd in dirs:
+        ident = identities[dd.root][0]
+        if dd.root in twice:
+            ident = replace(ident, problem=twice[dd.root])
+        if ident.problem:
+            log.warning("%s", ident.problem)
         for entry, _ in dd.files:
             inventory[entry.path] = _File(entry.size, entry.mtime_ms, ident)
     result.files_seen = len(inventory)
@@ -150,6 +165,7 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
     todo = {p: f for p, f in changed.items() if f.size > 0}  # an empty file has no rows but its ledger row
     empty_rows = [_empty_file_row(p, f, run_id) for p, f in changed.items() if f.size == 0]
     result.phase("discover")
+    result.errors += sum(int(r["error_count"]) for r in empty_rows)  # type: ignore[call-overload]
     if empty_rows:
         manifest.files += store.stage_small(cat.core["files"], pa.Table.from_pylist(empty_rows, cat["files"].schema),
                                             run_id)
@@ -196,8 +212,10 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _
     manifest.files += staged
     ledger_rows = [f for f in staged if f.table == "files"]
     result.rows_added = sum(f.num_records for f in staged if f.table == "records")
-    result.records_decoded, result.errors = _sum_ledger(store, cat, ledger_rows, ("records", "error_count"))
+    result.records_decoded, errors = _sum_ledger(store, cat, ledger_rows, ("records", "error_count"))
+    result.errors += errors
     result.divergent = manifest.rows("divergence")
+    result.identity_conflicts = len(_doubted(store, cat, todo, manifest))
     log.info("landed %d new records from %d decoded; %d divergence rows", result.rows_added, result.records_decoded,
              result.divergent)
     result.phase("land")
@@ -270,7 +288,8 @@ def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str
     for p, k in base.items():
         i = ids[p][1]
         keep[p] = KeepSpec((*k.ranges, *chosen.get(i, ())), k.min_batch_position, k.landed_batches,
-                           k.sha256 or choices.sha256.get(i))
+                           k.sha256 or choices.sha256.get(i),
+                           problems=(choices.conflicts[i],) if i in choices.conflicts else ())
     result.phase("plan")
     if divergence is not None:  # few rows, rendered in Python: one task (each task would start a worker)
         manifest.files += store.stage(divergence.repartition(1), [div], _divergence_router(run_id), run_id)
@@ -278,8 +297,7 @@ def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str
         for r in store.read(cat.core["batches"]).filter(F.col("file").isin(rewritten)) \
                 .select("file", "position", "crc").collect():
             k = keep[r["file"]]
-            keep[r["file"]] = KeepSpec(k.ranges, k.min_batch_position,
-                                       k.landed_batches | {(r["position"], r["crc"])}, k.sha256)
+            keep[r["file"]] = replace(k, landed_batches=k.landed_batches | {(r["position"], r["crc"])})
     log.info("divergence: %d new rows; %d landed rows replaced by higher-epoch copies",
              manifest.rows("divergence"), sum(1 for _ in manifest.deletes))
     result.phase("decide")
@@ -328,6 +346,18 @@ def _replacement_deletes(cat: Catalog, keys: list[Any]) -> list[tuple[str, str]]
     return out
 
 
+def _doubted(store: TableStore, cat: Catalog, todo: dict[str, _File], manifest: Manifest) -> set[str]:
+    """The files of this run whose identity is in doubt: from their data directory (``meta.properties``, a node
+    claimed twice) or from their records (they contradict another copy at the same offset and epoch)."""
+    doubted = {p for p, f in todo.items() if f.identity.problem}
+    staged = [f.root.rstrip("/") + "/" + f.path for f in manifest.files if f.table == "divergence"]
+    if staged:
+        rows = store.read_parquet(staged, spark_schema(cat.core["divergence"])) \
+            .filter(F.col("reason") == SAME_EPOCH).select("loser_file").distinct().collect()
+        doubted |= {r["loser_file"] for r in rows}
+    return doubted
+
+
 def _sum_ledger(store: TableStore, cat: Catalog, files: list[StagedFile], columns: tuple[str, ...]
                 ) -> tuple[int, ...]:
     """Totals of ``columns`` over the ledger rows this run staged (one job, executors read them)."""
@@ -340,13 +370,17 @@ def _sum_ledger(store: TableStore, cat: Catalog, files: list[StagedFile], column
 
 
 def _empty_file_row(path: str, f: _File, run_id: str) -> dict[str, object]:
+    """The ledger row of an empty file: no rows, and the problems the reader and the identity find in it."""
     info, snap, _, _ = file_layout(path)
     ident = f.identity
+    errors = ([f"{path}: {ident.problem}"] if ident.problem else []) + [
+        e.describe() for e in read_columns(b"", path).errors]
     return {"path": path, "cluster_id": ident.cluster_id, "node_id": ident.node_id, "data_dir": ident.data_dir,
             "file_kind": info.kind, "snapshot_id": snap, "deleted_snapshot": info.deleted, "size": 0,
             "modification_time": datetime.fromtimestamp(f.mtime_ms / 1000, UTC), "content_sha256": _EMPTY_SHA256,
             "batches": 0, "control_batches": 0, "records": 0, "crc_failures": 0, "first_offset": None,
-            "last_offset": None, "metadata_version": None, "status": "empty", "error_count": 0, "errors": [],
+            "last_offset": None, "metadata_version": None, "status": "empty", "error_count": len(errors),
+            "errors": errors,
             "ingested_at": datetime.now(UTC), "run_id": run_id}
 
 

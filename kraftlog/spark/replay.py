@@ -32,6 +32,7 @@ from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
 from kraftlog.state.history import Versions
 from kraftlog.state.replay import Event, Replayer
 from kraftlog.tables.definitions import RECORD_KEY, TableDef, catalog, columns_at, typed_specs
+from kraftlog.tables.rows import CORRUPT_BATCH
 from kraftlog.wire.files import paused_gc
 from kraftlog.wire.messages import Decoded
 
@@ -76,7 +77,10 @@ def cluster_bases(table: TableSource, clusters: list[str] | None = None) -> list
             .collect())
     headers = (table("snapshot_header").filter(F.col("source") == "snapshot")
                .groupBy("cluster_id", "snapshot_id").agg(F.max("last_contained_log_timestamp").alias("header_ts")))
-    snap_rows = (snaps.groupBy("cluster_id", "snapshot_id").agg(F.max("log_offset").alias("offset"))
+    # a snapshot with a record Kafka would not load (a corrupt batch, no header or footer) is no base
+    snap_rows = (snaps.groupBy("cluster_id", "snapshot_id")
+                 .agg(F.max("log_offset").alias("offset"), F.bool_or(F.col("status") == CORRUPT_BATCH).alias("bad"))
+                 .filter(~F.col("bad"))
                  .join(headers, ["cluster_id", "snapshot_id"], "left")
                  .join(log.select("cluster_id", F.col("log_offset").alias("offset"), "batch_epoch"),
                        ["cluster_id", "offset"], "left")

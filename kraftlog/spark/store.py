@@ -669,6 +669,25 @@ def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
+class NotAWarehouseError(Exception):
+    """A directory that holds other things than kraftlog's tables: kraftlog does not write into it."""
+
+
+def check_warehouse(storage: Storage, warehouse: str) -> None:
+    """Raise ``NotAWarehouseError`` when ``warehouse`` exists, holds something, and none of it is kraftlog's."""
+    try:
+        entries = [e.name for e in storage.lister()(normalize(warehouse)) if not e.name.startswith(".")]
+    except (FileNotFoundError, NotADirectoryError, OSError) as e:
+        if isinstance(e, NotADirectoryError) or storage.exists(normalize(warehouse)):
+            raise NotAWarehouseError(f"{warehouse}: not a directory, so not a kraftlog warehouse") from e
+        return  # a new warehouse
+    ours = {"_kraftlog", *(t.name for t in catalog().core.values())}
+    if entries and not ours.intersection(entries):
+        shown = ", ".join(sorted(entries)[:5]) + (" ..." if len(entries) > 5 else "")
+        raise NotAWarehouseError(f"{warehouse} is not a kraftlog warehouse: it holds {shown} and none of kraftlog's "
+                                 "tables; choose a new or empty directory")
+
+
 @contextmanager
 def writing(store: TableStore, config: Config, run_id: str, purpose: str) -> Iterator[Lease]:
     """Hold the warehouse's lease for a run of ``purpose`` that writes through ``store``; its commits check it.
@@ -677,6 +696,7 @@ def writing(store: TableStore, config: Config, run_id: str, purpose: str) -> Ite
     ``[warehouse] lease_wait_seconds``, then fails with ``kraftlog.lease.WarehouseBusy``. On exit the lease
     is released and the store no longer checks it.
     """
+    check_warehouse(store.storage, store.warehouse)
     held = Lease(store.storage, store.warehouse, run_id, purpose, ttl_s=config.lease_ttl_seconds,
                  wait_s=config.lease_wait_seconds)
     with held:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kraftlog.points import check_in_log
 from kraftlog.state.bases import Base, SnapshotRef, choose_base, run_start, snapshot_reach
 from kraftlog.state.entities import KINDS
 from kraftlog.state.replay import Change, Event, Image, Replayer
@@ -121,6 +122,8 @@ def load_clusters(paths: Iterable[str | Path], redact: bool = True) -> list[Clus
                     rank = (0 if ok else 1, -ev.epoch, node if node is not None else 1 << 30)
                     if ev.offset not in mine or rank < mine[ev.offset][0]:
                         mine[ev.offset] = (rank, ev)
+            elif problems or not all(ok for _, ok in events):
+                continue  # a corrupt or incomplete snapshot is no base (Kafka would not load it)
             elif info.snapshot_id not in cl.snapshots or (node or 0) < (cl.snapshots[info.snapshot_id].node_id or 0):
                 assert info.end_offset is not None and info.epoch is not None
                 header_ts = next((e.decoded.data or {}).get("last_contained_log_timestamp", 0)
@@ -168,10 +171,9 @@ def state_at(cl: ClusterLog, offset: int | None = None, timestamp_ms: int | None
         offset = cl.timestamp_offset(timestamp_ms)
     base = cl.base()
     floor = base.snapshot.offset if base.snapshot is not None else base.first - 1
-    if offset is not None and offset < floor:
-        raise ValueError(f"the state of {cl.cluster_id} is known from offset {floor} on (replay starts at "
-                         f"{base.snapshot.snapshot_id if base.snapshot else 'offset ' + str(base.first)}), "
-                         f"not at {offset}")
+    if offset is not None:
+        check_in_log(cl.cluster_id, offset, floor, max(cl.offsets[-1] if cl.offsets else floor, floor),
+                     base.snapshot.snapshot_id if base.snapshot else None, timestamp_ms)
     return replay(cl, math.inf if offset is None else offset).image
 
 

@@ -29,6 +29,7 @@ from kraftlog.wire.messages import default_codec
 from kraftlog.wire.redact import default_redactor
 
 NO_NODE = np.iinfo(np.int64).max  # unknown node ids sort last
+SAME_EPOCH = "same_epoch_conflict"  # divergence reason: two copies differ at one offset and epoch
 
 # what ``choose`` reports per losing copy: the divergence table's columns (its JSON not yet rendered),
 # plus the losing copy's raw key and value, and whether it is a control record, to render it from
@@ -52,6 +53,20 @@ class Choice:
     columns: dict[int, LogColumns]
     index: pa.Table
     wins: np.ndarray
+
+    @property
+    def conflicts(self) -> dict[str, str]:
+        """Per file path, why it is no copy of the log it lost to: records that differ from the winning copy's at
+        the same offset and epoch. One raft log never holds two records there (the Log Matching property), so
+        the two files are logs of different clusters that share a cluster id."""
+        d = self.divergence.filter(pc.equal(self.divergence["reason"], SAME_EPOCH))
+        out: dict[str, str] = {}
+        for path, offset, winner in zip(*(d[c].to_pylist() for c in ("loser_file", "log_offset", "winner_file")),
+                                        strict=True):
+            out.setdefault(path, f"identity conflict: records differ from {winner}'s at the same offset and "
+                                 f"epoch (first at offset {offset}): not a copy of the same log; unrelated clusters "
+                                 "sharing a cluster id? Name them apart (README: Identity)")
+        return out
 
     @property
     def winners(self) -> pa.Table:
@@ -133,8 +148,9 @@ def _divergence(files: list[FileRef], index: pa.Table, loses: np.ndarray, w: np.
 
     epoch = loser["batch_epoch"].to_numpy()
     w_epoch = won["batch_epoch"].to_numpy()
+    corrupt = ~loser["crc_valid"].to_numpy(zero_copy_only=False)
     reason = np.where(loser["snapshot_id"].is_valid().to_numpy(zero_copy_only=False), "snapshot_copy_differs",
-                      np.where(epoch < w_epoch, "lower_epoch", "same_epoch_conflict"))
+                      np.where(corrupt, "corrupt_copy", np.where(epoch < w_epoch, "lower_epoch", SAME_EPOCH)))
     columns = {
         "cluster_id": loser["cluster_id"], "source": by_file(loser, sources), "snapshot_id": loser["snapshot_id"],
         "log_offset": loser["log_offset"], "snapshot_seq": loser["snapshot_seq"], "reason": pa.array(reason),

@@ -187,7 +187,9 @@ def _divergence_schema() -> pa.Schema:
         col("log_offset", pa.int64(), "Offset of the contested record"),
         col("snapshot_seq", pa.int64(), "Offset inside the snapshot for snapshot records"),
         col("reason", pa.string(), "lower_epoch (this copy lost to a higher batch epoch), replaced_by_higher_epoch "
-            "(a landed row replaced by a later-seen higher-epoch copy), same_epoch_conflict, snapshot_copy_differs"),
+            "(a landed row replaced by a later-seen higher-epoch copy), corrupt_copy (from a batch that failed its "
+            "CRC or order checks), same_epoch_conflict (two logs differ at one offset and epoch: not one cluster's), "
+            "snapshot_copy_differs"),
         col("winner_node_id", pa.int32(), "Node of the canonical copy"),
         col("winner_file", pa.string(), "File of the canonical copy"),
         col("winner_batch_epoch", pa.int32(), "Batch epoch of the canonical copy"),

@@ -35,6 +35,7 @@ from kraftlog.wire.batches import (
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
+    control_type,
     iter_batches,
 )
 from kraftlog.wire.codegen import UNKNOWN_TAGS
@@ -58,6 +59,7 @@ class FileIdentity:
     cluster_id: str
     node_id: int | None
     data_dir: str
+    problem: str | None = None  # why the identity is in doubt (meta.properties, a cluster id shared by others)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +198,7 @@ def _log_position(offsets: np.ndarray, snap_offset: int | None) -> tuple[pa.Arra
 def _peek_api_key(key: bytes | None, value: bytes | None, control: bool) -> int | None:
     """apiKey from the frame (or the control type from the key) without decoding the body."""
     if control:
-        return int.from_bytes(key[2:4], "big", signed=True) if key and len(key) >= 4 else None
+        return control_type(key)
     if value and len(value) >= 2 and value[0] == 1 and value[1] < 128:
         return value[1]
     return None
@@ -209,11 +211,13 @@ class KeepSpec:
     """What to land from one file.
 
     ``ranges``: inclusive ranges of record offsets in the file (log offsets, or positions in a
-    snapshot) whose records land; ``min_batch_position``: batch rows before it were landed by an
-    earlier run (the file grew); ``landed_batches``: (position, crc) pairs already landed (a file
-    rewritten in place); ``sha256``: the content the plan was made for; a file that changed since is
-    left for the next run; ``strict``: the ranges are what the file may hold (a segment's span by its
-    name), so a record outside them is a problem of the file, reported in the ledger.
+    snapshot) whose records land; ``min_batch_position``: the rows of the batches that end at or
+    before it were landed by an earlier run (the file grew; a batch it cut short was not);
+    ``landed_batches``: (position, crc) pairs already landed (a file rewritten in place);
+    ``sha256``: the content the plan was made for; a file that changed since is left for the next run;
+    ``strict``: the ranges are what the file may hold (a segment's span by its name), so a record
+    outside them is a problem of the file, reported in the ledger; ``problems``: what the choice among
+    copies found wrong with the file (it contradicts another copy of its log), for the ledger.
     """
 
     ranges: tuple[tuple[int, int], ...] = (ALL,)
@@ -221,6 +225,7 @@ class KeepSpec:
     landed_batches: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     sha256: str | None = None
     strict: bool = False
+    problems: tuple[str, ...] = ()
 
     def keeps(self, offset: int) -> bool:
         return bool(self.mask(np.asarray([offset], np.int64))[0])
@@ -287,11 +292,14 @@ class FileLander:
     def _file(self, ref: FileRef, keep: KeepSpec, content_sha256: str, cols: LogColumns, ch: _Chunk) -> None:
         info, snap, source, snap_offset = file_layout(ref.path)
         ident = ref.identity
-        errors = list(cols.errors)
+        doubts = [ident.problem] if ident.problem else []
+        errors = [KraftDecodeError(p, source=ref.path, kind="identity") for p in (*doubts, *keep.problems)]
+        errors += cols.errors
         kept = keep.mask(cols.offset)
         if keep.strict and not kept.all():
             errors.append(_outside(ref.path, keep, cols, kept))
-        new_batches = cols.positions >= keep.min_batch_position
+        ends = cols.positions + LOG_OVERHEAD + cols.headers["batch_length"].astype(np.int64)
+        new_batches = ends > keep.min_batch_position
         if keep.landed_batches:
             new_batches &= [(p, c) not in keep.landed_batches
                             for p, c in zip(cols.positions.tolist(), cols.headers["crc"].tolist(), strict=True)]

@@ -18,6 +18,10 @@ Record (``DefaultRecord``), zigzag varints::
 The walker never trusts a length it has not checked against the bytes that are really there. A bad
 header (magic, length) is reported and the walker re-synchronises on the next position that holds a
 whole batch with a valid CRC, so one corrupt batch does not hide the rest of the file.
+
+The CRC covers bytes 21.. only: a batch's base offset and partition leader epoch are checked against
+what the log around them says (``BatchOrder``). The work per batch is bounded by what Kafka can write
+(``MAX_BATCH_SIZE_BYTES``, ``MIN_RECORD_SIZE``) before any record is allocated.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
-from kraftlog.wire.compression import DecompressionError, decompress, default_limit
+from kraftlog.wire.compression import DecompressionError, decompress
 from kraftlog.wire.errors import KraftDecodeError
 from kraftlog.wire.varint import read_varint, read_varlong
 
@@ -40,12 +44,98 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength
 HEADER_SIZE = 61  # RECORD_BATCH_OVERHEAD
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_LEN = struct.Struct(">qi")
+_EPOCH = struct.Struct(">i")
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 DELETE_HORIZON_MASK = 0x40
+
+# KafkaRaftClient.MAX_BATCH_SIZE_BYTES: the raft client never writes a batch whose records take more bytes
+# (KRaft batches are not compressed, so this bounds a compressed batch's records once decompressed too)
+MAX_BATCH_SIZE_BYTES = 8 * 1024 * 1024
+# DefaultRecord: length, attributes, timestampDelta, offsetDelta, keyLength, valueLength and headers count
+# take at least one byte each, so a batch of B record bytes holds at most B // 7 records
+MIN_RECORD_SIZE = 7
+SNAPSHOT_HEADER, SNAPSHOT_FOOTER = 3, 4  # ControlRecordType
+
+
+def control_type(key: bytes | None) -> int | None:
+    """The ControlRecordType of a control record's key (int16 version, int16 type), None if too short."""
+    return int.from_bytes(key[2:4], "big", signed=True) if key is not None and len(key) >= 4 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """What a file's name says about its batches.
+
+    ``first_offset``: a segment's batches start at its base offset, a snapshot's at 0; ``max_epoch``:
+    a snapshot ``<endOffset>-<epoch>`` holds no batch of a later epoch; ``snapshot``: it begins with a
+    SnapshotHeader and ends with a SnapshotFooter (Kafka's ``RecordsSnapshotReader`` requires both).
+    """
+
+    first_offset: int | None = None
+    max_epoch: int | None = None
+    snapshot: bool = False
+
+
+@dataclass(slots=True)
+class BatchOrder:
+    """The order of a raft log file's batches, which their CRC does not cover.
+
+    A raft log is contiguous (each batch starts one past the last offset of the one before, so the
+    file's name pins every base offset) and its epochs never go down; a snapshot holds no batch of a
+    later epoch than its own. Checked on every real file of the corpus (Kafka 3.2 to 4.2). A batch
+    that raises the epoch while the batch after it is back below is the one out of order (a flipped
+    bit), not every batch after it.
+    """
+
+    next_offset: int | None = None  # the base offset the next batch must have (None: not pinned)
+    max_epoch: int | None = None
+    epoch: int | None = None  # the epoch of the last batch in order
+    seen: int = 0  # batches checked
+
+    def check(self, base_offset: int, last_offset_delta: int, epoch: int, next_epoch: int | None = None
+              ) -> str | None:
+        """Why a batch is out of order (None if it is not); moves on past it either way.
+
+        ``next_epoch``: the epoch the following batch claims (None at the end of the file).
+        """
+        problem = None
+        if self.next_offset is not None and base_offset != self.next_offset:
+            by = "the file's name says" if self.seen == 0 else "the batches before lead to"
+            problem = f"base offset {base_offset} where {by} {self.next_offset}"
+        elif epoch < 0 or (self.max_epoch is not None and epoch > self.max_epoch):
+            problem = f"partition leader epoch {epoch} outside 0..{self.max_epoch} (the snapshot's epoch)" \
+                if self.max_epoch is not None else f"negative partition leader epoch {epoch}"
+        elif self.epoch is not None and epoch < self.epoch:
+            problem = f"partition leader epoch {epoch} is below the epoch {self.epoch} of the batches before"
+        elif self.epoch is not None and epoch > self.epoch and next_epoch is not None and next_epoch < epoch:
+            problem = (f"partition leader epoch {epoch} rises above the epoch {self.epoch} of the batches before, "
+                       f"and the batch after is back at {next_epoch}")
+        start = self.next_offset if self.next_offset is not None else base_offset
+        self.next_offset = start + last_offset_delta + 1
+        self.seen += 1
+        if problem is None:
+            self.epoch = epoch
+        return problem
+
+    def lost(self) -> None:
+        """Bytes were skipped or a batch's own fields cannot be trusted: the next offset is not known."""
+        self.next_offset = None
+
+
+def snapshot_frame_problem(first: tuple[bool, bytes | None] | None, last: tuple[bool, bytes | None] | None
+                           ) -> str | None:
+    """Why a snapshot whose first and last records are ``(control, key)`` is incomplete (None if whole)."""
+    if first is None or last is None:
+        return "the snapshot holds no records: no SnapshotHeader and no SnapshotFooter"
+    if not first[0] or control_type(first[1]) != SNAPSHOT_HEADER:
+        return "the snapshot does not begin with a SnapshotHeader"
+    if not last[0] or control_type(last[1]) != SNAPSHOT_FOOTER:
+        return "the snapshot does not end with a SnapshotFooter (cut short?)"
+    return None
 
 
 @dataclass(slots=True)
@@ -145,23 +235,31 @@ def _resync(data: bytes, pos: int, n: int) -> int:
 
 
 def iter_batches(data: bytes, source: str = "", *, verify_crc: bool = True, parse_records: bool = True,
-                 on_batch: Callable[[Batch], object] | None = None) -> Iterator[Batch | KraftDecodeError]:
+                 on_batch: Callable[[Batch], object] | None = None, expect: Expect | None = None
+                 ) -> Iterator[Batch | KraftDecodeError]:
     """Yield every batch of ``data`` (a segment or snapshot file) and every problem, in file order.
 
-    Problems with the framing of the file (truncated tail, impossible length, bad magic) are yielded
-    as ``KraftDecodeError``; problems inside one batch (CRC mismatch, a bad record) are attached to
-    that batch's ``errors``. ``on_batch`` runs on each batch before it is yielded (e.g. to decode its
-    values). Nothing raises.
+    Problems with the framing of the file (truncated tail, impossible length, bad magic, an empty
+    file, a snapshot without its header or footer) are yielded as ``KraftDecodeError``; problems inside
+    one batch (CRC mismatch, out of order, a bad record) are attached to that batch's ``errors``.
+    ``expect``: what the file's name says (see ``Expect``). ``on_batch`` runs on each batch before it
+    is yielded (e.g. to decode its values). Nothing raises.
     """
+    expect = expect or Expect()
     n = len(data)
+    if n == 0 and (expect.snapshot or expect.first_offset is not None):
+        yield KraftDecodeError("empty file: no batches", source=source, position=0, kind="empty")
+        return
     pos = 0
     mv = memoryview(data)
+    order = BatchOrder(expect.first_offset, expect.max_epoch)
+    ends: list[tuple[bool, bytes | None] | None] = [None, None]  # (control, key) of the first and last record
     while pos < n:
         if n - pos < HEADER_SIZE:
             yield KraftDecodeError(f"Found {n - pos} invalid bytes at the end: a truncated batch header "
                                    f"(at least {HEADER_SIZE} bytes needed)", source=source, position=pos,
                                    kind="truncated")
-            return
+            break
         (base_offset, length, epoch, magic, crc, attrs, lod, base_ts, max_ts, pid, pepoch, bseq,
          count) = _HEADER.unpack_from(data, pos)
         end = pos + LOG_OVERHEAD + length
@@ -177,6 +275,7 @@ def iter_batches(data: bytes, source: str = "", *, verify_crc: bool = True, pars
             nxt = _resync(data, pos, n)
             skipped = f"; skipped {nxt - pos} bytes" + (f" to the next valid batch at {nxt}" if nxt < n else "")
             yield KraftDecodeError(problem[0] + skipped, source=source, position=pos, kind=problem[1])
+            order.lost()
             pos = nxt
             continue
         valid = (crc32c(mv[pos + 21 : end]) == crc) if verify_crc else True
@@ -186,22 +285,54 @@ def iter_batches(data: bytes, source: str = "", *, verify_crc: bool = True, pars
             batch.add_error(KraftDecodeError(
                 f"CRC mismatch: stored {crc}, computed {crc32c(mv[pos + 21 : end])}",
                 source=source, position=pos, kind="crc_mismatch"))
+            order.lost()  # its last offset delta is not to be trusted either
+        else:
+            ahead = _EPOCH.unpack_from(data, end + 12)[0] if end + HEADER_SIZE <= n else None
+            disorder = order.check(base_offset, lod, epoch, ahead)
+            if disorder is not None:
+                batch.add_error(KraftDecodeError(disorder, source=source, position=pos, kind="out_of_order"))
         if parse_records:
             _read_records(data, batch, end, source)
+            if batch.records:
+                control = bool(attrs & CONTROL_MASK)
+                if ends[0] is None:
+                    ends[0] = (control, batch.records[0].key)
+                ends[1] = (control, batch.records[-1].key)
             if on_batch is not None:
                 on_batch(batch)
         yield batch
         pos = end
+    if expect.snapshot and parse_records:
+        incomplete = snapshot_frame_problem(ends[0], ends[1])
+        if incomplete is not None:
+            yield KraftDecodeError(incomplete, source=source, position=n, kind="snapshot_incomplete")
+
+
+def _out_of_proportion(count: int, size: int, what: str) -> str | None:
+    """Why ``count`` records cannot be in ``size`` bytes of records (None if they can)."""
+    if count <= size // MIN_RECORD_SIZE:
+        return None
+    return (f"record count {count} is out of proportion: {size} bytes of {what} hold at most "
+            f"{size // MIN_RECORD_SIZE} records ({MIN_RECORD_SIZE} bytes each at least)")
 
 
 def _read_records(data: bytes, batch: Batch, end: int, source: str) -> None:
     start = batch.position + HEADER_SIZE
     codec = batch.attributes & COMPRESSION_MASK
+    room = MAX_BATCH_SIZE_BYTES if codec else end - start
+    too_many = _out_of_proportion(batch.records_count, room, "records (Kafka's largest batch)" if codec else "records")
+    if too_many is not None:
+        batch.add_error(KraftDecodeError(too_many, source=source, position=batch.position, kind="bad_count"))
+        return
     if codec:
         try:
-            body = decompress(codec, data[start:end], default_limit(end - start))
+            body = decompress(codec, data[start:end], MAX_BATCH_SIZE_BYTES)
         except DecompressionError as e:
             batch.add_error(KraftDecodeError(str(e), source=source, position=start, kind="compression"))
+            return
+        too_many = _out_of_proportion(batch.records_count, len(body), "decompressed records")
+        if too_many is not None:
+            batch.add_error(KraftDecodeError(too_many, source=source, position=batch.position, kind="bad_count"))
             return
         buf, pos, stop, shift = body, 0, len(body), -1
     else:

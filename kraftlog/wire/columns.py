@@ -26,10 +26,13 @@ from kraftlog.wire.batches import (
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     Batch,
+    BatchOrder,
+    Expect,
     iter_batches,
+    snapshot_frame_problem,
 )
 from kraftlog.wire.errors import KraftDecodeError
-from kraftlog.wire.files import collect
+from kraftlog.wire.files import collect, expect_of
 from kraftlog.wire.varint import read_varint
 
 # batch header fields as they sit in the file (big-endian, packed): see ``kraftlog.wire.batches``
@@ -92,7 +95,8 @@ def read_columns(data: bytes, source: str = "", *, vectorized: bool = True) -> L
 
     ``vectorized=False`` always uses the reference walker (the vectorized walk must give the same).
     """
-    return (_vectorized(data) if vectorized else None) or _from_batches(data, source)
+    expect = expect_of(source)
+    return (_vectorized(data, expect) if vectorized else None) or _from_batches(data, source, expect)
 
 
 # -- the reference walker's batches, as columns -----------------------------------------------------
@@ -115,10 +119,10 @@ class DistinctValues:
         return c
 
 
-def _from_batches(data: bytes, source: str) -> LogColumns:
+def _from_batches(data: bytes, source: str, expect: Expect) -> LogColumns:
     batches: list[Batch] = []
     errors: list[KraftDecodeError] = []
-    collect(iter_batches(data, source), batches, errors)
+    collect(iter_batches(data, source, expect=expect), batches, errors)
     pairs = [(i, b, r) for i, b in enumerate(batches) for r in b.records]
     distinct = DistinctValues()
     codes = [distinct.code((bool(b.attributes & CONTROL_MASK), r.key, r.value, b.errors)) for _, b, r in pairs]
@@ -138,9 +142,9 @@ class _Irregular(Exception):
     """The file needs the reference walker."""
 
 
-def _vectorized(data: bytes) -> LogColumns | None:
+def _vectorized(data: bytes, expect: Expect) -> LogColumns | None:
     try:
-        return _walk(data)
+        return _walk(data, expect)
     except _Irregular:
         return None
 
@@ -189,7 +193,18 @@ def _check(ok: np.ndarray | bool) -> None:
         raise _Irregular
 
 
-def _walk(data: bytes) -> LogColumns:
+def _in_order(h: np.ndarray, expect: Expect) -> bool:
+    """Whether every batch is where the file's name and the batches before put it (``BatchOrder``)."""
+    order = BatchOrder(expect.first_offset, expect.max_epoch)
+    check = order.check
+    epochs = h["partition_leader_epoch"].tolist()
+    return not any(check(b, d, e, n) for b, d, e, n in zip(
+        h["base_offset"].tolist(), h["last_offset_delta"].tolist(), epochs, [*epochs[1:], None], strict=True))
+
+
+def _walk(data: bytes, expect: Expect) -> LogColumns:
+    if not data and (expect.snapshot or expect.first_offset is not None):
+        raise _Irregular  # an empty segment or snapshot file is a problem the reference walker reports
     at, crcs = _batch_frames(data)
     positions = np.asarray(at, np.int64)
     h = batch_headers(data, positions)
@@ -197,6 +212,7 @@ def _walk(data: bytes) -> LogColumns:
     _check(h["magic"] == 2)
     _check((attrs & COMPRESSION_MASK) == 0)
     _check(np.asarray(crcs, np.int64) == h["crc"].astype(np.int64))
+    _check(_in_order(h, expect))
     ends = positions + LOG_OVERHEAD + h["batch_length"].astype(np.int64)
     buf = np.frombuffer(data + bytes(_PAD), np.uint8)
     counts = h["records_count"].astype(np.int64)
@@ -221,6 +237,10 @@ def _walk(data: bytes) -> LogColumns:
     timestamp = np.where((attrs[batch] & TIMESTAMP_TYPE_MASK) != 0, h["max_timestamp"].astype(np.int64)[batch],
                          h["base_timestamp"].astype(np.int64)[batch] + ts_delta)
     control = (attrs[batch] & CONTROL_MASK) != 0
+    if expect.snapshot:
+        def key(i: int) -> tuple[bool, bytes | None]:
+            return bool(control[i]), data[key_at[i]:key_at[i] + key_len[i]] if key_len[i] >= 0 else None
+        _check(len(control) > 0 and snapshot_frame_problem(key(0), key(len(control) - 1)) is None)
     code, distinct = _distinct(data, buf, control, key_at, key_len, value_at, value_len)
     return LogColumns(positions, h, np.ones(len(positions), np.bool_), [None] * len(positions), [], batch,
                       h["base_offset"].astype(np.int64)[batch] + offset_delta, timestamp, start, code, distinct, True)

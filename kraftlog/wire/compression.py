@@ -25,11 +25,6 @@ class DecompressionError(Exception):
     """The codec is unknown, the stream is corrupt, or it expands past the limit."""
 
 
-def default_limit(compressed_size: int) -> int:
-    """How large a batch's records may grow: 1 KiB per byte, at least 1 MiB, at most 256 MiB."""
-    return min(256 << 20, max(1 << 20, compressed_size << 10))
-
-
 def decompress(codec: int, data: bytes, limit: int) -> bytes:
     """Decompress ``data`` with Kafka codec id ``codec`` into at most ``limit`` bytes."""
     try:

@@ -12,6 +12,7 @@ tools (``os.scandir``) and the Spark jobs (``kraftlog.storage``: pyarrow file sy
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 from kraftlog.wire.files import BOOTSTRAP, SEGMENT, SNAPSHOT, FileInfo, classify
 
 METADATA_DIR = "__cluster_metadata-0"
+log = logging.getLogger("kraftlog")
 _KIND_ORDER = {BOOTSTRAP: 0, SNAPSHOT: 1, SEGMENT: 2}
 
 
@@ -38,12 +40,31 @@ Lister = Callable[[str], list[Entry]]
 
 
 def local_lister(path: str) -> list[Entry]:
-    """List a local directory."""
-    out = []
-    with os.scandir(path) as it:
+    """List a local directory; entries that cannot be followed (a symlink loop, a dangling link, a link
+    back to a directory above, no permission) are skipped with a warning naming them."""
+    out: list[Entry] = []
+    try:
+        it = os.scandir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise
+    except OSError as denied:  # no permission, ...
+        log.warning("skipped %s: %s", path, denied.strerror)
+        return out
+    here = os.path.realpath(path)
+    with it:
         for e in it:
-            st = e.stat()
-            out.append(Entry(e.path, e.name, e.is_dir(), 0 if e.is_dir() else st.st_size, int(st.st_mtime * 1000)))
+            try:
+                st = e.stat()
+                is_dir = e.is_dir()
+                if is_dir and e.is_symlink():
+                    target = os.path.realpath(e.path)
+                    if here == target or here.startswith(target.rstrip("/") + "/"):
+                        log.warning("skipped %s: a symbolic link back to %s (a loop)", e.path, target)
+                        continue
+            except OSError as err:
+                log.warning("skipped %s: %s", e.path, err.strerror)
+                continue
+            out.append(Entry(e.path, e.name, is_dir, 0 if is_dir else st.st_size, int(st.st_mtime * 1000)))
     return out
 
 
@@ -101,6 +122,18 @@ def scan(roots: Iterable[str], lister: Lister = local_lister) -> list[DataDir]:
                 continue
             stack.extend(sorted((e.path for e in entries if e.is_dir), reverse=True))
     return sorted(found.values(), key=lambda dd: dd.metadata_dir)
+
+
+class NoInputError(Exception):
+    """The inputs hold no KRaft data directory (a wrong path would otherwise "succeed" every hour)."""
+
+
+def find_data_dirs(roots: list[str], lister: Lister = local_lister, allow_empty: bool = False) -> list[DataDir]:
+    """``scan``, and a ``NoInputError`` naming the roots when they hold no data directory (unless ``allow_empty``)."""
+    dirs = scan(roots, lister)
+    if not dirs and not allow_empty:
+        raise NoInputError(f"no KRaft data directory (a folder holding {METADATA_DIR}) under {', '.join(roots)}")
+    return dirs
 
 
 def _add(found: dict[str, DataDir], input_root: str, data_dir: str, entries: list[Entry], lister: Lister) -> None:

@@ -47,20 +47,25 @@ def error_line(source: str, error: KraftDecodeError) -> dict[str, Any]:
     return line
 
 
-def dump_lines(files: list[tuple[Path, FileInfo]], redact: bool = True) -> Iterator[str]:
-    """Yield the JSON lines of ``kraftlog dump`` for ``files``."""
+def dump_lines(files: list[tuple[Path, FileInfo]], redact: bool = True,
+               problems: list[str] | None = None) -> Iterator[str]:
+    """Yield the JSON lines of ``kraftlog dump`` for ``files``; ``problems`` gets each file's problems."""
     redactor: Callable[[Decoded], Decoded] = default_redactor() if redact else (lambda d: d)
+    found = problems if problems is not None else []
     for path, _info in files:
         source = str(path)
         try:
             data = path.read_bytes()
         except OSError as e:
+            found.append(f"{source}: cannot read: {e.strerror}")
             yield dumps(error_line(source, KraftDecodeError(f"cannot read: {e.strerror}", kind="io")))
             continue
         for item in iter_log(data, source):
             if isinstance(item, KraftDecodeError):
+                found.append(item.describe())
                 yield dumps(error_line(source, item))
                 continue
+            found.extend(e.describe() for e in item.errors)
             if not item.records and item.errors:
                 for problem in item.errors:
                     line = error_line(source, problem)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kraftlog.wire.batches import CONTROL_MASK, Batch, Record, iter_batches
+from kraftlog.wire.batches import CONTROL_MASK, Batch, Expect, Record, iter_batches
 from kraftlog.wire.errors import KraftDecodeError
 from kraftlog.wire.messages import Decoded, MetadataCodec, default_codec
 
@@ -47,6 +47,15 @@ class FileInfo:
     def is_log_data(self) -> bool:
         """True for files made of RecordBatches."""
         return self.kind in (SEGMENT, SNAPSHOT, BOOTSTRAP)
+
+    @property
+    def expect(self) -> Expect:
+        """What the name says the batches hold (first offset, highest epoch, snapshot framing)."""
+        if self.kind == SEGMENT:
+            return Expect(first_offset=self.base_offset)
+        if self.kind in (SNAPSHOT, BOOTSTRAP):
+            return Expect(first_offset=0, max_epoch=self.epoch, snapshot=True)
+        return Expect()
 
     @property
     def snapshot_id(self) -> str | None:
@@ -119,10 +128,16 @@ def batch_decoder(codec: MetadataCodec) -> Callable[[Batch], None]:
     return decode
 
 
+def expect_of(source: str) -> Expect:
+    """What the name of ``source`` says its batches hold (nothing for a name that is not Kafka's)."""
+    info = classify(source) if source else None
+    return info.expect if info is not None else Expect()
+
+
 def iter_log(data: bytes, source: str = "", codec: MetadataCodec | None = None
              ) -> Iterator[Batch | KraftDecodeError]:
     """Yield each batch of a segment or snapshot with its records decoded, and each framing problem."""
-    return iter_batches(data, source, on_batch=batch_decoder(codec or default_codec()))
+    return iter_batches(data, source, on_batch=batch_decoder(codec or default_codec()), expect=expect_of(source))
 
 
 def read_log(data: bytes, source: str = "", codec: MetadataCodec | None = None) -> LogRead:
@@ -148,7 +163,11 @@ def paused_gc() -> Iterator[None]:
 
 def collect(items: Iterator[Batch | KraftDecodeError], batches: list[Batch],
             errors: list[KraftDecodeError]) -> None:
-    """Put the batches of ``items`` into ``batches`` and every problem, framing or in a batch, into ``errors``."""
+    """Put the batches of ``items`` into ``batches`` and every problem, framing or in a batch, into ``errors``.
+
+    An incomplete snapshot (no SnapshotHeader or SnapshotFooter) is not a snapshot Kafka would load:
+    every batch of it carries the problem, so none of its records is trusted (nor used as a base).
+    """
     for item in items:
         if isinstance(item, Batch):
             batches.append(item)
@@ -156,6 +175,9 @@ def collect(items: Iterator[Batch | KraftDecodeError], batches: list[Batch],
                 errors.extend(item.errors)
         else:
             errors.append(item)
+            if item.kind == "snapshot_incomplete":
+                for b in batches:
+                    b.add_error(item)
 
 
 def read_file(path: str | Path, codec: MetadataCodec | None = None) -> LogRead:
@@ -196,19 +218,37 @@ class MetaProperties:
     directory_id: str | None
     version: int | None
     raw: dict[str, str]
+    problem: str | None = None  # why Kafka would not accept it (``MetaProperties``): the identity is in doubt
 
 
 def parse_meta_properties(text: str) -> MetaProperties:
-    """Parse ``meta.properties`` (v0: ``broker.id``; v1: ``node.id``, ``directory.id``)."""
+    """Parse ``meta.properties`` (v0: ``broker.id``; v1: ``node.id``, ``directory.id``).
+
+    What Kafka's ``MetaProperties`` would reject (binary bytes, no version 0 or 1, no cluster.id, a node
+    id that is not a number) is kept as ``problem``.
+    """
     p = parse_properties(text)
     node = p.get("node.id", p.get("broker.id"))
     version = p.get("version")
+    node_id = int(node) if node not in (None, "") and node.lstrip("-").isdigit() else None
+    problem = None
+    if "\x00" in text or "\ufffd" in text:
+        problem = "meta.properties is not a text properties file (binary bytes)"
+    elif version not in ("0", "1"):
+        problem = f"meta.properties has no version 0 or 1 (version={version!r})"
+    elif not p.get("cluster.id"):
+        problem = "meta.properties has no cluster.id"
+    elif node is not None and node_id is None:
+        problem = f"meta.properties: node id {node!r} is not a number"
+    elif version == "1" and node is None:
+        problem = "meta.properties version 1 has no node.id"
     return MetaProperties(
         cluster_id=p.get("cluster.id") or None,
-        node_id=int(node) if node not in (None, "") and node.lstrip("-").isdigit() else None,
+        node_id=node_id,
         directory_id=p.get("directory.id"),
         version=int(version) if version and version.isdigit() else None,
         raw=p,
+        problem=problem,
     )
 
 
