@@ -38,9 +38,9 @@ def dump(paths: tuple[Path, ...], summary: bool, no_redact: bool) -> None:
         for path, info in files:
             s.add_file(path, info)
         click.echo(s.render())
-        sys.exit(1 if s.errors else 0)
+        sys.exit(1 if s.error_count else 0)
     out = sys.stdout
-    problems: list[str] = []
+    problems = Summary()
     try:
         for line in dump_lines(files, redact=not no_redact, problems=problems):
             out.write(line)
@@ -48,8 +48,8 @@ def dump(paths: tuple[Path, ...], summary: bool, no_redact: bool) -> None:
     except BrokenPipeError:  # `kraftlog dump ... | head`
         sys.stderr.close()
         return
-    if problems:  # like fsck: the output is all there, the status says it is not clean
-        click.echo(f"{len(problems)} problem(s), the first: {problems[0]}", err=True)
+    if problems.error_count:  # like fsck: the output is all there, the status says it is not clean
+        click.echo(f"{problems.error_count} problem(s), the first: {problems.errors[0]}", err=True)
         sys.exit(1)
 
 

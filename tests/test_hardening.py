@@ -89,6 +89,21 @@ def test_a_gzip_bomb_is_an_error_on_its_batch_and_the_file_before_it_is_kept(tmp
     assert peak < 3 * MAX_BATCH_SIZE_BYTES + len(data) * 40
 
 
+def test_compressed_batches_cannot_expand_a_file_past_its_budget(tmp_path: Path) -> None:
+    from encoder import batch, record
+
+    src = _segment()
+    data = src.read_bytes()
+    last = _batches(data)[-1]
+    big = [record(i, bytes([1, 20, 0]) + bytes(1 << 20)) for i in range(7)]  # 7 MiB of records, each batch
+    nxt, epoch = last.last_offset + 1, last.partition_leader_epoch
+    one, two = batch(nxt, big, codec=1, epoch=epoch), batch(nxt + 7, big, codec=1, epoch=epoch)
+    out = read_file(_copy(tmp_path, src, data + one + two))
+    assert [(e.kind, e.position) for e in out.errors] == [("compression", len(data) + len(one) + HEADER_SIZE)]
+    assert "expand past 16 times its size" in out.errors[0].reason
+    assert out.record_count == read_file(src).record_count + 7  # the first one was read
+
+
 # -- 2. fields outside the CRC: base offset and partition leader epoch ---------------------------------------
 
 def _flipped(field_at: int, xor: int, which: int) -> tuple[bytes, Batch, bytes]:

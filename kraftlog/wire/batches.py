@@ -58,6 +58,11 @@ MAX_BATCH_SIZE_BYTES = 8 * 1024 * 1024
 # DefaultRecord: length, attributes, timestampDelta, offsetDelta, keyLength, valueLength and headers count
 # take at least one byte each, so a batch of B record bytes holds at most B // 7 records
 MIN_RECORD_SIZE = 7
+# KRaft writers never compress: a file's compressed batches may together expand it by at most this many bytes
+# (one of Kafka's largest batches) plus this factor of its own size, so a file of crafted batches cannot cost
+# more than a few seconds however many it holds
+EXPANSION_ALLOWANCE = MAX_BATCH_SIZE_BYTES
+EXPANSION_FACTOR = 16
 SNAPSHOT_HEADER, SNAPSHOT_FOOTER = 3, 4  # ControlRecordType
 
 
@@ -253,6 +258,7 @@ def iter_batches(data: bytes, source: str = "", *, verify_crc: bool = True, pars
     pos = 0
     mv = memoryview(data)
     order = BatchOrder(expect.first_offset, expect.max_epoch)
+    budget = [EXPANSION_ALLOWANCE + EXPANSION_FACTOR * n]  # decompressed bytes this file may still produce
     ends: list[tuple[bool, bytes | None] | None] = [None, None]  # (control, key) of the first and last record
     while pos < n:
         if n - pos < HEADER_SIZE:
@@ -292,7 +298,7 @@ def iter_batches(data: bytes, source: str = "", *, verify_crc: bool = True, pars
             if disorder is not None:
                 batch.add_error(KraftDecodeError(disorder, source=source, position=pos, kind="out_of_order"))
         if parse_records:
-            _read_records(data, batch, end, source)
+            _read_records(data, batch, end, source, budget)
             if batch.records:
                 control = bool(attrs & CONTROL_MASK)
                 if ends[0] is None:
@@ -316,7 +322,8 @@ def _out_of_proportion(count: int, size: int, what: str) -> str | None:
             f"{size // MIN_RECORD_SIZE} records ({MIN_RECORD_SIZE} bytes each at least)")
 
 
-def _read_records(data: bytes, batch: Batch, end: int, source: str) -> None:
+def _read_records(data: bytes, batch: Batch, end: int, source: str, budget: list[int]) -> None:
+    """Parse the records of ``batch`` (decompressing them within ``budget[0]`` bytes, which it lowers)."""
     start = batch.position + HEADER_SIZE
     codec = batch.attributes & COMPRESSION_MASK
     room = MAX_BATCH_SIZE_BYTES if codec else end - start
@@ -325,11 +332,15 @@ def _read_records(data: bytes, batch: Batch, end: int, source: str) -> None:
         batch.add_error(KraftDecodeError(too_many, source=source, position=batch.position, kind="bad_count"))
         return
     if codec:
+        limit = min(MAX_BATCH_SIZE_BYTES, budget[0])
         try:
-            body = decompress(codec, data[start:end], MAX_BATCH_SIZE_BYTES)
+            body = decompress(codec, data[start:end], limit)
         except DecompressionError as e:
-            batch.add_error(KraftDecodeError(str(e), source=source, position=start, kind="compression"))
+            reason = str(e) if limit == MAX_BATCH_SIZE_BYTES else \
+                f"{e}: the file's compressed batches expand past {EXPANSION_FACTOR} times its size"
+            batch.add_error(KraftDecodeError(reason, source=source, position=start, kind="compression"))
             return
+        budget[0] -= len(body)
         too_many = _out_of_proportion(batch.records_count, len(body), "decompressed records")
         if too_many is not None:
             batch.add_error(KraftDecodeError(too_many, source=source, position=batch.position, kind="bad_count"))

@@ -48,24 +48,25 @@ def error_line(source: str, error: KraftDecodeError) -> dict[str, Any]:
 
 
 def dump_lines(files: list[tuple[Path, FileInfo]], redact: bool = True,
-               problems: list[str] | None = None) -> Iterator[str]:
-    """Yield the JSON lines of ``kraftlog dump`` for ``files``; ``problems`` gets each file's problems."""
+               problems: Summary | None = None) -> Iterator[str]:
+    """Yield the JSON lines of ``kraftlog dump`` for ``files``; ``problems`` counts each file's problems."""
     redactor: Callable[[Decoded], Decoded] = default_redactor() if redact else (lambda d: d)
-    found = problems if problems is not None else []
+    found = problems if problems is not None else Summary()
     for path, _info in files:
         source = str(path)
         try:
             data = path.read_bytes()
         except OSError as e:
-            found.append(f"{source}: cannot read: {e.strerror}")
+            found.problem(f"{source}: cannot read: {e.strerror}")
             yield dumps(error_line(source, KraftDecodeError(f"cannot read: {e.strerror}", kind="io")))
             continue
         for item in iter_log(data, source):
             if isinstance(item, KraftDecodeError):
-                found.append(item.describe())
+                found.problem(item.describe())
                 yield dumps(error_line(source, item))
                 continue
-            found.extend(e.describe() for e in item.errors)
+            for problem in item.errors:
+                found.problem(problem.describe())
             if not item.records and item.errors:
                 for problem in item.errors:
                     line = error_line(source, problem)
@@ -75,7 +76,12 @@ def dump_lines(files: list[tuple[Path, FileInfo]], redact: bool = True,
                 continue
             for r in item.records:
                 assert r.decoded is not None
+                if r.decoded.error and not item.errors:
+                    found.problem(f"{source}@{item.position}: offset {r.offset}: {r.decoded.error}")
                 yield dumps(record_line(source, item, r, redactor(r.decoded)))
+
+
+SHOWN = 50  # problems kept for ``kraftlog dump --summary`` to print
 
 
 @dataclass
@@ -88,7 +94,8 @@ class Summary:
     control_batches: int = 0
     records: int = 0
     crc_failures: int = 0
-    errors: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # the first SHOWN problems
+    error_count: int = 0
     types: Counter[tuple[str, int | None]] = field(default_factory=Counter)
     log_offsets: tuple[int, int] | None = None
     snapshots: list[str] = field(default_factory=list)
@@ -100,7 +107,7 @@ class Summary:
         try:
             data = path.read_bytes()
         except OSError as e:
-            self.errors.append(f"{path}: cannot read: {e.strerror}")
+            self.problem(f"{path}: cannot read: {e.strerror}")
             return
         self.bytes += len(data)
         if info.kind == "snapshot" and info.snapshot_id:
@@ -108,22 +115,29 @@ class Summary:
         with paused_gc():
             for item in iter_log(data, str(path)):
                 if isinstance(item, KraftDecodeError):
-                    self.errors.append(item.describe())
+                    self.problem(item.describe())
                     continue
                 self._add_batch(item, info)
+
+    def problem(self, text: str) -> None:
+        """Count a problem; the first ``SHOWN`` are kept to print (a hostile file may hold millions)."""
+        self.error_count += 1
+        if len(self.errors) < SHOWN:
+            self.errors.append(text)
 
     def _add_batch(self, batch: Batch, info: FileInfo) -> None:
         self.batches += 1
         self.control_batches += batch.is_control
         self.crc_failures += not batch.crc_valid
-        self.errors.extend(e.describe() for e in batch.errors)
+        for e in batch.errors:
+            self.problem(e.describe())
         for r in batch.records:
             d = r.decoded
             assert d is not None
             self.records += 1
             self.types[(d.type or f"apiKey {d.api_key}", d.version)] += 1
             if d.error and not batch.errors:
-                self.errors.append(f"{batch.position}: offset {r.offset}: {d.error}")
+                self.problem(f"{batch.position}: offset {r.offset}: {d.error}")
             if info.kind == "segment":
                 lo, hi = self.log_offsets or (r.offset, r.offset)
                 self.log_offsets = (min(lo, r.offset), max(hi, r.offset))
@@ -141,7 +155,7 @@ class Summary:
         lines = [
             f"files: {self.files}  bytes: {self.bytes}",
             f"batches: {self.batches} (control: {self.control_batches})  records: {self.records}  "
-            f"CRC failures: {self.crc_failures}  errors: {len(self.errors)}",
+            f"CRC failures: {self.crc_failures}  errors: {self.error_count}",
             "log offsets: " + (f"{self.log_offsets[0]}..{self.log_offsets[1]}" if self.log_offsets else "none"),
             f"snapshots: {len(self.snapshots)}" + (f" (newest {max(self.snapshots)})" if self.snapshots else ""),
             f"metadata.version: {mv}",
@@ -153,7 +167,7 @@ class Summary:
         if self.errors:
             lines.append("")
             lines.append("errors:")
-            lines.extend(f"  {e}" for e in self.errors[:50])
-            if len(self.errors) > 50:
-                lines.append(f"  ... {len(self.errors) - 50} more")
+            lines.extend(f"  {e}" for e in self.errors)
+            if self.error_count > len(self.errors):
+                lines.append(f"  ... {self.error_count - len(self.errors)} more")
         return "\n".join(lines)
