@@ -94,7 +94,7 @@ def grow(source: Path, dest: Path) -> None:
 
 
 def pipeline(spark: Any, config: Any, inputs: Path) -> dict[str, Any]:
-    from kraftlog.analytics.build import analyze
+    from kraftlog.spark.analyze import analyze
     from kraftlog.spark.history import reconstruct
     from kraftlog.spark.ingest import ingest
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kraftlog.analytics.build import analyze
+from kraftlog.spark.analyze import analyze
 from kraftlog.spark.session import job_arguments
 
 

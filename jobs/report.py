@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kraftlog.analytics.report import Period, build_report, build_reports, render_index, report_name
-from kraftlog.points import parse_time
+from kraftlog.analytics.report import Period, render_index, report_name
+from kraftlog.points import parse_bound, parse_time
+from kraftlog.spark.reports import build_report, build_reports
 from kraftlog.spark.session import job_arguments
 from kraftlog.spark.store import store_for
 from kraftlog.storage import join, normalize
@@ -25,8 +26,9 @@ from kraftlog.storage import join, normalize
 
 def _options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--cluster", action="append", help="cluster id (repeatable)")
-    ap.add_argument("--from", dest="start", type=parse_time, help="start of the period (ISO-8601 or ms:<millis>)")
-    ap.add_argument("--to", dest="end", type=parse_time, help="end of the period")
+    ap.add_argument("--from", dest="start", type=parse_time,
+                    help="start of the period (ISO-8601, ms:<millis>, now, or ago: -1h, -7d)")
+    ap.add_argument("--to", dest="end", type=parse_bound, help="end of the period (the same, or latest)")
     out = ap.add_mutually_exclusive_group(required=True)
     out.add_argument("--out", help="HTML file to write (one cluster): a path or a URI (s3://...)")
     out.add_argument("--out-dir", help="folder to write <cluster>.html into, for every cluster: a path or a URI")

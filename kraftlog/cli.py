@@ -11,7 +11,20 @@ import click
 from kraftlog.wire.discover import log_files
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group: kraftlog's own errors (``kraftlog.errors``) end in one line and exit status 1;
+    any other exception is a bug and keeps its traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        from kraftlog.errors import KraftlogError
+
+        try:
+            return super().invoke(ctx)
+        except KraftlogError as e:
+            raise click.ClickException(str(e)) from e
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kraftlog")
 def main() -> None:
     """Decode, land, reconstruct and analyse Kafka's KRaft metadata log."""
@@ -54,23 +67,20 @@ def dump(paths: tuple[Path, ...], summary: bool, no_redact: bool) -> None:
 
 
 def _one_cluster(paths: tuple[Path, ...], cluster: str | None, redact: bool):  # type: ignore[no-untyped-def]
+    from kraftlog.identity import choose_cluster
     from kraftlog.state.local import load_clusters
 
-    clusters = load_clusters(paths, redact=redact)
-    if cluster is not None:
-        clusters = [c for c in clusters if c.cluster_id == cluster or c.cluster_id.endswith(":" + cluster)]
+    clusters = {c.cluster_id: c for c in load_clusters(paths, redact=redact)}
     if not clusters:
         raise click.ClickException("no KRaft data directory (holding __cluster_metadata-0) under the given paths")
-    if len(clusters) > 1:
-        raise click.ClickException("several clusters found: " + ", ".join(c.cluster_id for c in clusters)
-                                   + "; choose one with --cluster")
-    return clusters[0]
+    return clusters[choose_cluster(sorted(clusters), cluster)]
 
 
 _PROFILE = click.option("--profile", "conf_file", type=click.Path(exists=True, dir_okay=False),
                         help="TOML profile (conf/local.toml, conf/cluster.toml); default: the embedded local profile.")
 
-_POINT = "an offset, an ISO-8601 time (2026-11-21T03:14:00Z) or ms:<epoch millis>"
+_POINT = ("an offset, a time (2026-11-21T03:14:00Z, ms:<epoch millis>, now, or ago: -30m, -1h, -7d) "
+          "or latest (the end)")
 
 
 def _spark_store(warehouse: str | None, conf_file: str | None):  # type: ignore[no-untyped-def]
@@ -85,12 +95,9 @@ def _spark_store(warehouse: str | None, conf_file: str | None):  # type: ignore[
 
 def _config(warehouse: str | None, conf_file: str | None):  # type: ignore[no-untyped-def]
     """The profile (or the embedded default) with ``--warehouse`` over it."""
-    from kraftlog.config import Config, ProfileError
+    from kraftlog.config import Config
 
-    try:
-        return Config.load(conf_file, **({"warehouse": {"path": warehouse}} if warehouse else {}))
-    except ProfileError as e:
-        raise click.ClickException(str(e)) from e
+    return Config.load(conf_file, **({"warehouse": {"path": warehouse}} if warehouse else {}))
 
 
 class _States:
@@ -102,14 +109,11 @@ class _States:
         if warehouse or not paths:
             if not redact:
                 raise click.ClickException("--no-redact needs data directories: the tables hold redacted values")
+            from kraftlog.identity import choose_cluster
             from kraftlog.spark.history import built_clusters
 
             _, self.store, _ = _spark_store(warehouse, conf_file)
-            try:
-                known = sorted(built_clusters(self.store))
-            except LookupError as e:
-                raise click.ClickException(str(e)) from e
-            self.cluster_id = _choose(known, cluster)
+            self.cluster_id = choose_cluster(sorted(built_clusters(self.store)), cluster)
         else:
             self.store = None
             self.log = _one_cluster(paths, cluster, redact)
@@ -118,26 +122,14 @@ class _States:
     def at(self, point: str | None, kinds: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
         from kraftlog.points import parse_point
 
-        try:
-            offset, ts = parse_point(point)
-            if self.store is not None:
-                from kraftlog.spark.history import image_at
+        offset, ts = parse_point(point)
+        if self.store is not None:
+            from kraftlog.spark.history import image_at
 
-                return image_at(self.store, self.cluster_id, offset, ts, kinds or None)
-            from kraftlog.state.local import state_at
+            return image_at(self.store, self.cluster_id, offset, ts, kinds or None)
+        from kraftlog.state.local import state_at
 
-            return state_at(self.log, offset, ts)
-        except (LookupError, ValueError) as e:
-            raise click.ClickException(str(e)) from e
-
-
-def _choose(known: list[str], cluster: str | None) -> str:
-    from kraftlog.spark.history import choose_cluster
-
-    try:
-        return choose_cluster(known, cluster)
-    except LookupError as e:
-        raise click.ClickException(str(e)) from e
+        return state_at(self.log, offset, ts)
 
 
 _SOURCES = [
@@ -185,11 +177,13 @@ def diff(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, 
     """What changed between two points of the log: one JSON object per changed field."""
     import json
 
-    from kraftlog.state.local import diff_images, diff_to_json
+    from kraftlog.state.local import diff_images, diff_to_json, topic_names
 
     src = _States(paths, warehouse, conf_file, cluster, True)
     a, b = src.at(start, kinds), src.at(end, kinds)
-    for row in diff_to_json(diff_images(a, b, kinds or None)):
+    names = topic_names(*(src.at(p, ("topics",)) for p in (start, end))) if kinds and "topics" not in kinds else \
+        topic_names(a, b)
+    for row in diff_to_json(diff_images(a, b, kinds or None), names):
         click.echo(json.dumps(row, default=str))
 
 
@@ -209,14 +203,8 @@ def _build(run, warehouse: str | None, conf_file: str | None, clusters: tuple[st
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    from kraftlog.lease import WarehouseBusy
-    from kraftlog.spark.store import NotAWarehouseError
-
     spark, store, config = _spark_store(warehouse, conf_file)
-    try:
-        click.echo(run(spark, config, store, list(clusters) or None).line())
-    except (LookupError, WarehouseBusy, NotAWarehouseError) as e:
-        raise click.ClickException(str(e)) from e
+    click.echo(run(spark, config, store, list(clusters) or None).line())
 
 
 @click.option("--full", is_flag=True, help="Replay every cluster from its base (default: go on from the last build "
@@ -239,7 +227,7 @@ def analyze(warehouse: str | None, conf_file: str | None, clusters: tuple[str, .
 
     Each event table is replaced in one commit. Run after `kraftlog reconstruct`.
     """
-    from kraftlog.analytics.build import analyze as run
+    from kraftlog.spark.analyze import analyze as run
 
     _build(run, warehouse, conf_file, clusters)
 
@@ -248,8 +236,9 @@ def analyze(warehouse: str | None, conf_file: str | None, clusters: tuple[str, .
 @click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse).")
 @_PROFILE
 @click.option("--cluster", help="Cluster id, when there are several.")
-@click.option("--from", "start", help="Start of the period (ISO-8601 time or ms:<epoch millis>). Default: the start.")
-@click.option("--to", "end", help="End of the period. Default: the end of the log.")
+@click.option("--from", "start", help="Start of the period: a time (ISO-8601, ms:<epoch millis>, now, or ago: -1h, "
+              "-7d). Default: the start.")
+@click.option("--to", "end", help="End of the period: the same, or latest. Default: the end of the log.")
 @click.option("--out", help="HTML file to write: a path or a URI (s3://bucket/reports/x.html) "
               "(default: report-<cluster>.html).")
 def report(warehouse: str | None, conf_file: str | None, cluster: str | None, start: str | None, end: str | None,
@@ -258,19 +247,14 @@ def report(warehouse: str | None, conf_file: str | None, cluster: str | None, st
 
     Reads the event tables: run `kraftlog analyze` first.
     """
-    from kraftlog.analytics.report import Period, build_report, report_name
-    from kraftlog.points import parse_time
+    from kraftlog.analytics.report import Period, report_name
+    from kraftlog.points import parse_bound, parse_time
+    from kraftlog.spark.reports import build_report
     from kraftlog.storage import normalize
 
-    try:
-        period = Period(parse_time(start) if start else None, parse_time(end) if end else None)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from e
+    period = Period(parse_time(start) if start else None, parse_bound(end))
     _, store, _ = _spark_store(warehouse, conf_file)
-    try:
-        rep = build_report(store, cluster, period)
-    except LookupError as e:
-        raise click.ClickException(str(e)) from e
+    rep = build_report(store, cluster, period)
     page = rep.html().encode("utf-8")
     target = out or report_name(rep.cluster_id)
     store.storage.write_bytes(normalize(target), page)
@@ -290,15 +274,10 @@ def maintain(warehouse: str | None, conf_file: str | None, z_order: bool, retent
 
     Holds the warehouse's lease like ingest, reconstruct and analyze.
     """
-    from kraftlog.lease import WarehouseBusy
     from kraftlog.spark.maintenance import maintain as run
-    from kraftlog.spark.store import NotAWarehouseError
 
     _, store, config = _spark_store(warehouse, conf_file)
-    try:
-        click.echo(run(store, config, z_order=z_order, vacuum=not no_vacuum, retention_hours=retention_hours).line())
-    except (WarehouseBusy, NotAWarehouseError) as e:
-        raise click.ClickException(str(e)) from e
+    click.echo(run(store, config, z_order=z_order, vacuum=not no_vacuum, retention_hours=retention_hours).line())
 
 
 @main.command()
@@ -351,7 +330,7 @@ def verify(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None
 def shell(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, cluster: str | None,
           point: str | None, node: str, no_redact: bool) -> None:
     """kafka-metadata-shell's tree of the image, at any offset or time (not only at a snapshot)."""
-    from kraftlog.state.shell import image_tree, render
+    from kraftlog.state.shell import image_tree, tree_text
 
     src = _States(paths, warehouse, conf_file, cluster, not no_redact)
     tree: object = {"image": image_tree(src.at(point))}
@@ -359,7 +338,7 @@ def shell(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None,
         if not isinstance(tree, dict) or part not in tree:
             raise click.ClickException(f"{node}: no such node")
         tree = tree[part]
-    click.echo(render(tree).rstrip("\n"))  # type: ignore[arg-type]
+    click.echo(tree_text(tree).rstrip("\n"))  # type: ignore[arg-type]
 
 
 @main.command()
@@ -378,28 +357,20 @@ def ingest(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None,
     """
     import logging
 
-    from kraftlog.lease import WarehouseBusy
     from kraftlog.spark.ingest import ingest as run_ingest
     from kraftlog.spark.session import build_session
-    from kraftlog.spark.store import NotAWarehouseError, check_warehouse
-    from kraftlog.storage import StorageError, normalize
-    from kraftlog.wire.discover import NoInputError, find_data_dirs
+    from kraftlog.spark.store import check_warehouse
+    from kraftlog.storage import normalize
+    from kraftlog.wire.discover import find_data_dirs
 
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
     config = _config(warehouse, conf_file)
-    errors = (WarehouseBusy, StorageError, NoInputError, NotAWarehouseError)
-    try:  # what can be told without Spark is told before it starts
-        find_data_dirs([normalize(p) for p in paths], config.storage.lister(), allow_empty)
-        check_warehouse(config.storage, config.warehouse)
-    except errors as e:
-        raise click.ClickException(str(e)) from e
+    # what can be told without Spark is told before it starts
+    find_data_dirs([normalize(p) for p in paths], config.storage.lister(), allow_empty)
+    check_warehouse(config.storage, config.warehouse)
     spark = build_session(config)
-    try:
-        result = run_ingest(spark, list(paths), config, allow_empty=allow_empty)
-    except errors as e:
-        raise click.ClickException(str(e)) from e
-    click.echo(result.line())
+    click.echo(run_ingest(spark, list(paths), config, allow_empty=allow_empty).line())
 
 
 if __name__ == "__main__":

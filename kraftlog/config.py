@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kraftlog.errors import KraftlogError
 from kraftlog.storage import Storage
 
 DEFAULTS: dict[str, Any] = {
@@ -63,7 +64,7 @@ _FREE_FORM = {("spark", "conf"), ("storage",)}
 _OVERRIDE_KEYS = {"prefix", "cluster", "node"}
 
 
-class ProfileError(ValueError):
+class ProfileError(KraftlogError, ValueError):
     """A profile that cannot be used: unknown keys, wrong types; names the file and the key."""
 
 

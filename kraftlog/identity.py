@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kraftlog.config import Config
+from kraftlog.errors import ClusterNotFound
 from kraftlog.storage import normalize
 from kraftlog.tables.rows import FileIdentity
 from kraftlog.wire.discover import DataDir
@@ -60,3 +61,16 @@ def _fill(template: str, values: dict[str, str]) -> str:
 def _norm(path: str) -> str:
     """Compare paths as URIs: local ones with or without ``file:``, ``s3a://`` as ``s3://``."""
     return normalize(path)
+
+
+def choose_cluster(known: list[str], cluster: str | None) -> str:
+    """The one cluster of ``known`` that ``cluster`` names (its id, or the part after ``source:``), or the
+    only one when ``cluster`` is None."""
+    if cluster is not None:
+        hits = [c for c in known if c == cluster] or [c for c in known if c.endswith(":" + cluster)]
+        if len(hits) != 1:
+            raise ClusterNotFound(f"cluster {cluster!r} not found; known: {', '.join(known) or 'none'}")
+        return hits[0]
+    if len(known) != 1:
+        raise ClusterNotFound("several clusters: " + ", ".join(known) + "; choose one with --cluster")
+    return known[0]

@@ -27,6 +27,7 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
+from kraftlog.errors import KraftlogError
 from kraftlog.storage import Storage, join, normalize
 
 log = logging.getLogger("kraftlog")
@@ -36,11 +37,11 @@ DEFAULT_TTL_S = 300.0  # a holder renews every third of this
 KEEP_GENERATIONS = 20  # older lease objects are removed by the next holder
 
 
-class WarehouseBusy(RuntimeError):
+class WarehouseBusy(KraftlogError, RuntimeError):
     """Another run holds the warehouse's lease."""
 
 
-class LeaseLost(RuntimeError):
+class LeaseLost(KraftlogError, RuntimeError):
     """Another run took the lease while this one still worked (it was paused for longer than the lease)."""
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from kraftlog.tables.rows import ALL, KeepSpec
+from kraftlog.tables.rows import EVERY_OFFSET, KeepSpec
 from kraftlog.wire.files import FileInfo
 
 MAX_OFFSET = (1 << 63) - 1
@@ -92,7 +92,7 @@ def plan_files(files: list[PlannedFile], landed: dict[str, Landed]) -> Plan:
             keep_batches = f.previous_size if grown else 0
             if f.kind != "segment":
                 if snap_count[f.snapshot_id] == 1 and f.snapshot_id not in done.snapshots and not grown:
-                    clean[f.path] = KeepSpec((ALL,), 0, sha256=f.sha256)
+                    clean[f.path] = KeepSpec((EVERY_OFFSET,), 0, sha256=f.sha256)
                 elif grown:  # a snapshot file does not grow; an unchanged prefix means nothing new
                     clean[f.path] = KeepSpec((), keep_batches or 0, sha256=f.sha256)
                 else:
@@ -108,7 +108,7 @@ def plan_files(files: list[PlannedFile], landed: dict[str, Landed]) -> Plan:
             if any(_overlaps(span, s) for s in others) or any(_overlaps(span, iv) for iv in prior):
                 contested.append(f.path)
             else:
-                clean[f.path] = KeepSpec((span,) if grown else (ALL,), keep_batches or 0, sha256=f.sha256)
+                clean[f.path] = KeepSpec((span,) if grown else (EVERY_OFFSET,), keep_batches or 0, sha256=f.sha256)
     return Plan(clean, sorted(contested))
 
 
@@ -153,8 +153,8 @@ def plan_by_name(files: list[ListedFile], landed: dict[str, Landed],
                 continue
             out[segments[0].path] = KeepSpec(((base, MAX_OFFSET),), strict=True)
         elif segments:
-            out[segments[0].path] = KeepSpec((ALL,))
-        out.update((f.path, KeepSpec((ALL,))) for f in group if f.info.kind != "segment")
+            out[segments[0].path] = KeepSpec((EVERY_OFFSET,))
+        out.update((f.path, KeepSpec((EVERY_OFFSET,))) for f in group if f.info.kind != "segment")
     return out
 
 

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from pyarrow import fs as pafs
 
+from kraftlog.errors import KraftlogError
 from kraftlog.wire.discover import Entry, Lister, local_lister
 
 log = logging.getLogger("kraftlog")
@@ -32,7 +33,7 @@ _OPTION = re.compile(r"^(AWS|AZURE|GOOGLE|HDFS)_[A-Z0-9_]+$")
 _S3_ALIASES = ("s3a://", "s3n://")
 
 
-class StorageError(OSError):
+class StorageError(KraftlogError, OSError):
     """A path that cannot be reached, named with the reason."""
 
 

@@ -112,3 +112,11 @@ def sample_events(spark, sample):  # type: ignore[no-untyped-def]
     out = CliRunner().invoke(main, ["analyze", "--warehouse", str(wh)])
     assert out.exit_code == 0, out.output
     return wh, out.output
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that uses the SparkSession (directly or through a fixture) is marked ``spark``, so
+    ``-m 'not spark'`` runs exactly the tests that start no Spark in this process."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from conftest import SCENARIO_A, need
 from encoder import batch, metadata_value, record
 
 from kraftlog.schema.registry import load_schemas
@@ -69,3 +72,28 @@ def test_files_without_competition_keep_everything_and_report_nothing() -> None:
     c = choose([_file(1, _log(["a", "b"], 1), 0), _file(1, _log(["c"], 1, base=2), 1)])
     assert c.keep == {0: [(0, 1)], 1: [(2, 2)]} and c.divergence.num_rows == 0
     assert choose([]).keep == {}
+
+
+def test_the_local_commands_choose_a_snapshot_copy_by_the_same_order(tmp_path: Path) -> None:
+    # the local path counted an unknown node as 0, so a copy from a node without a node id won a tie
+    # there while losing it in the tables; one order now serves both (unknown nodes last)
+    from kraftlog.state.local import load_clusters
+    from kraftlog.tables.copies import SNAPSHOT_COPY_ORDER, copy_rank
+
+    node = need(SCENARIO_A / "node-2" / "__cluster_metadata-0")
+    one, other = (node / f"00000000000000000{o}-0000000001.checkpoint" for o in (159, 237))
+    for d, meta, snap in (("unknown", "version=0\ncluster.id=c1\n", other),
+                          ("one", "version=1\ncluster.id=c1\nnode.id=1\n", one)):
+        md = tmp_path / d / "__cluster_metadata-0"
+        md.mkdir(parents=True)
+        (tmp_path / d / "meta.properties").write_text(meta)
+        (md / one.name).write_bytes(snap.read_bytes())  # the same snapshot id, other contents
+    (cl,) = load_clusters([tmp_path])
+    chosen = cl.snapshots[one.name.split(".")[0]]
+    assert chosen.node_id == 1 and "/one/" in chosen.path
+    paths = [tmp_path / d / "__cluster_metadata-0" / one.name for d in ("one", "unknown")]
+    refs = [FileRef(str(p), p.read_bytes(), 0, FileIdentity("c1", n, str(p.parent.parent)), i)
+            for i, (p, n) in enumerate(zip(paths, (1, None), strict=True))]
+    assert set(choose(refs).keep) == {0}  # the tables take node 1's copy too
+    assert copy_rank({"trusted": True, "node_id": 1, "file": "b"}, SNAPSHOT_COPY_ORDER) < \
+        copy_rank({"trusted": True, "node_id": None, "file": "a"}, SNAPSHOT_COPY_ORDER)

@@ -393,6 +393,29 @@ def test_reads_of_landed_tables_go_through_spark(spark: Any, scenario: Any) -> N
     assert df.filter("record_type = 'TOPIC_RECORD'").count() == DeltaTable(str(wh / "topic_record")).count()
 
 
+def test_a_landed_corrupt_row_is_replaced_by_a_later_seen_trusted_copy(spark: Any, tmp_path: Path) -> None:
+    # the copy choice is one order for one run and across runs: before, a later run only replaced landed rows
+    # of a lower epoch, so a corrupt copy landed first stayed while a valid copy of the same epoch existed
+    good = _topics(0, ["a", "b", "c"], 1)
+    bad = bytearray(good)
+    bad[good.index(b"b")] ^= 0x02  # CRC mismatch
+    first, both = tmp_path / "first", tmp_path / "both"
+    _node_dir(first, 2, "c1", bytes(bad))
+    _node_dir(both, 2, "c1", bytes(bad))
+    _node_dir(both, 3, "c1", good)
+    wh = tmp_path / "wh"
+    _run(spark, [first], wh)
+    assert {r["status"] for r in _table(wh, "records").to_pylist()} == {"corrupt_batch"}
+    _run(spark, [both], wh)
+    rows = sorted(_table(wh, "records").to_pylist(), key=lambda r: r["log_offset"])
+    assert [(r["log_offset"], r["status"], r["node_id"]) for r in rows] == [(0, "ok", 3), (1, "ok", 3), (2, "ok", 3)]
+    assert _table(wh, "topic_record").sort_by("log_offset").column("name").to_pylist() == ["a", "b", "c"]
+    div = _table(wh, "divergence").to_pylist()
+    replaced = sorted(r["log_offset"] for r in div if r["reason"] == "replaced_by_better_copy")
+    assert replaced == [0, 1, 2]  # the landed rows of first/node-2
+    assert {r["reason"] for r in div} == {"replaced_by_better_copy", "corrupt_copy"}  # both/node-2 lost this run
+
+
 def test_a_new_segment_reaching_below_its_base_offset_is_reported_not_landed_twice(spark: Any,
                                                                                      tmp_path: Path) -> None:
     data = tmp_path / "data"

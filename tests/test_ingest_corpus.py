@@ -30,7 +30,12 @@ def test_whole_corpus_lands_as_the_manifest_and_the_decoder_say(spark: Any, corp
     wh = tmp_path / "wh"
     config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{top}:{cluster.id}"})
     first = ingest(spark, [str(real)], config)
-    assert first.errors == 0 and first.rows_added > 340_000
+    assert first.rows_added > 340_000
+    # two repositories have errors: one kept empty files and an emptied meta.properties; the other holds two
+    # histories in one directory (segments 0 and 47 overlap with other records at the same offsets and epochs)
+    ledger = DeltaTable(str(wh / "files")).to_pyarrow_table().to_pylist()
+    assert first.errors > 0 and {r["path"].split("/corpus/real/")[1].split("/")[0] for r in ledger
+                                 if r["error_count"]} == {"HotoMazur__library", "HastarTara__NE_streaming_project"}
 
     # every file: the ledger's counts equal the manifest's
     manifest = _manifest(corpus)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kraftlog.planning import MAX_OFFSET, Landed, ListedFile, PlannedFile, pack, plan_by_name, plan_files
-from kraftlog.tables.rows import ALL, KeepSpec
+from kraftlog.tables.rows import EVERY_OFFSET, KeepSpec
 from kraftlog.wire.files import FileInfo, classify
 
 
@@ -17,7 +17,7 @@ def snap(path: str, sid: str, cluster: str = "c") -> PlannedFile:
 
 def test_a_single_copy_lands_directly() -> None:
     plan = plan_files([seg("n1/0.log", 0, 99), seg("n1/100.log", 100, 150)], {})
-    assert plan.contested == [] and plan.clean["n1/0.log"].ranges == (ALL,)
+    assert plan.contested == [] and plan.clean["n1/0.log"].ranges == (EVERY_OFFSET,)
 
 
 def test_replicas_of_one_log_compete() -> None:
@@ -76,7 +76,7 @@ SNAP = "n1/00000000000000000050-0000000001.checkpoint"
 
 def test_a_new_single_node_cluster_lands_by_its_names() -> None:
     keep = plan_by_name([listed(SEG0), listed(SNAP)], {}, {})
-    assert keep == {SEG0: KeepSpec((ALL,)), SNAP: KeepSpec((ALL,))}
+    assert keep == {SEG0: KeepSpec((EVERY_OFFSET,)), SNAP: KeepSpec((EVERY_OFFSET,))}
 
 
 def test_several_segments_need_their_headers() -> None:

@@ -379,6 +379,10 @@ def test_cli_state_diff_shell_and_verify() -> None:
     assert doc["offset"] == 1846 and "orders" in {t["name"] for t in doc["topics"]}
     out = runner.invoke(main, ["diff", str(SAMPLE), "--from", "1850", "--to", "1900", "--kind", "brokers"])
     assert json.loads(out.output.splitlines()[0])["kind"] == "brokers"
+    out = runner.invoke(main, ["diff", str(SAMPLE), "--from", "0", "--to", "latest", "--kind", "partitions"])
+    rows = [json.loads(x) for x in out.output.splitlines()]
+    assert rows and all(r["kind"] == "partitions" for r in rows)
+    assert "orders" in {r.get("topic") for r in rows}  # partitions named by their topic too, not only by id
     out = runner.invoke(main, ["shell", str(SAMPLE), "--at", "1834", "--path", "/image/features"])
     assert "metadataVersion:\n  3.9-IV0" in out.output
     out = runner.invoke(main, ["verify", str(SAMPLE / "node-1"), "--quiet"])

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.analytics.definitions import event_tables
 from kraftlog.schema.registry import load_schemas
-from kraftlog.spark.replay import TableSource
-from kraftlog.spark.store import spark_schema
 from kraftlog.wire.redact import REDACTED
 
 PARTITION = ["cluster_id", "topic_id", "partition_id"]
@@ -30,7 +29,7 @@ class Inputs:
     """What the event builders read."""
 
     histories: Mapping[str, DataFrame]  # entity kind -> <kind>_history rows
-    table: TableSource  # landed tables (records, batches, files, divergence, typed tables) by name
+    table: Callable[[str], DataFrame]  # landed tables (records, batches, files, divergence, typed tables) by name
     ranges: DataFrame  # replay_ranges
 
     def history(self, kind: str) -> DataFrame:
@@ -45,6 +44,11 @@ class Inputs:
 
 
 # -- shared building blocks ---------------------------------------------------------------------------------
+
+def valid_at(at: Column, valid_from: str = "valid_from_offset", valid_to: str = "valid_to_offset") -> Column:
+    """A version holds at offset ``at``: ``valid_from <= at < valid_to`` (a null ``valid_to``: it still holds)."""
+    return (F.col(valid_from) <= at) & (F.col(valid_to).isNull() | (F.col(valid_to) > at))
+
 
 def seconds_between(start: Column, end: Column) -> Column:
     """Seconds from ``start`` to ``end`` (timestamps), as a double."""
@@ -99,7 +103,8 @@ def window_columns(inputs: Inputs, grouped: DataFrame) -> DataFrame:
 
 def select_table(df: DataFrame, name: str) -> DataFrame:
     """The columns of event table ``name``, cast to its types."""
-    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in spark_schema(event_tables()[name])])
+    schema = from_arrow_schema(event_tables()[name].schema)
+    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
 def new_registration() -> Column:
@@ -147,7 +152,7 @@ def leader_elections(inputs: Inputs) -> DataFrame:
         F.col("in_controlled_shutdown").alias("_ics"))
     at = F.col("valid_from_offset")
     j = changed.join(b, (F.col("_bc") == F.col("cluster_id")) & (F.col("_bid") == F.col("_prev.leader"))
-                     & (F.col("_bf") <= at) & (F.col("_bt").isNull() | (F.col("_bt") > at)), "left")
+                     & valid_at(at, "_bf", "_bt"), "left")
     state = (F.when(F.col("_prev.leader") == -1, "none").when(F.col("_bid").isNull(), "unregistered")
              .when(F.col("_ics"), "controlled_shutdown").when(F.col("_fenced"), "fenced").otherwise("alive"))
     in_isr = F.array_contains(F.col("_prev.isr"), F.col("leader"))
@@ -218,8 +223,7 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
             F.col("valid_to").alias("at_time")))
     live = parts.select(F.col("cluster_id").alias("_pc"), "topic_id", "partition_id", "topic_name", "leader",
                         F.col("valid_from_offset").alias("_f"), F.col("valid_to_offset").alias("_t"))
-    affected = (bounds.join(live, (F.col("_pc") == F.col("cluster_id")) & (F.col("_f") <= F.col("at"))
-                            & (F.col("_t").isNull() | (F.col("_t") > F.col("at"))))
+    affected = (bounds.join(live, (F.col("_pc") == F.col("cluster_id")) & valid_at(F.col("at"), "_f", "_t"))
                 .filter(((F.col("resource_type") == 2) & (F.col("resource_name") == F.col("topic_name")))
                         | ((F.col("resource_type") == 4)
                            & F.col("resource_name").isin(F.lit(""), F.col("leader").cast("string"))))
@@ -230,15 +234,14 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
                          F.col("valid_to_offset").alias("_st"), F.col("topic_name").alias("_name"),
                          F.size("isr").alias("_isr"), F.col("leader").alias("_leader"))
     j = points.join(state, [F.col(c) == F.col(f"_s_{c}") for c in PARTITION]
-                    + [F.col("_sf") <= F.col("at"), F.col("_st").isNull() | (F.col("_st") > F.col("at"))], "left")
+                    + [valid_at(F.col("at"), "_sf", "_st")], "left")
 
     def config(df: DataFrame, label: str, rtype: int, name: Column) -> DataFrame:
         c = mir.select(F.col("cluster_id").alias(f"_{label}_c"), F.col("resource_type").alias(f"_{label}_t"),
                        F.col("resource_name").alias(f"_{label}_n"), F.col("valid_from_offset").alias(f"_{label}_f"),
                        F.col("valid_to_offset").alias(f"_{label}_to"), F.col("_v").alias(f"_{label}_v"))
         return df.join(c, (F.col(f"_{label}_c") == F.col("cluster_id")) & (F.col(f"_{label}_t") == rtype)
-                       & (F.col(f"_{label}_n") == name) & (F.col(f"_{label}_f") <= F.col("at"))
-                       & (F.col(f"_{label}_to").isNull() | (F.col(f"_{label}_to") > F.col("at"))), "left")
+                       & (F.col(f"_{label}_n") == name) & valid_at(F.col("at"), f"_{label}_f", f"_{label}_to"), "left")
 
     j = config(config(config(j, "topic", 2, F.col("_name")), "broker", 4, F.col("_leader").cast("string")),
                "cluster", 4, F.lit(""))
@@ -353,8 +356,7 @@ def voter_changes(inputs: Inputs) -> DataFrame:
     sets = inputs.history("voters").select(F.col("cluster_id").alias("_c"), F.col("voter_id").alias("_v"),
                      F.col("valid_from_offset").alias("_f"), F.col("valid_to_offset").alias("_t"))
     points = events.select("cluster_id", "offset").distinct()
-    after = (points.join(sets, (F.col("_c") == F.col("cluster_id")) & (F.col("_f") <= F.col("offset"))
-                         & (F.col("_t").isNull() | (F.col("_t") > F.col("offset"))), "left")
+    after = (points.join(sets, (F.col("_c") == F.col("cluster_id")) & valid_at(F.col("offset"), "_f", "_t"), "left")
              .groupBy("cluster_id", "offset").agg(F.array_sort(F.collect_set("_v")).alias("voters_after")))
     return select_table(events.join(after, ["cluster_id", "offset"], "left"), "voter_changes")
 

@@ -1,7 +1,7 @@
 """``kraftlog report``: one self-contained HTML page (tables and matplotlib plots) for one cluster and period.
 
-The event tables are read with Spark, filtered to the cluster and the period on the executors, and only
-those rows are brought to the driver (as pandas) to be drawn; plots are embedded as base64 PNGs, so the
+A ``Report`` is drawn from pandas frames of the event tables (``kraftlog.spark.reports`` reads them with
+Spark, filtered to the cluster and the period on the executors); plots are embedded as base64 PNGs, so the
 file can be mailed or attached to an incident ticket as is.
 """
 
@@ -15,12 +15,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pandas as pd
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-from kraftlog.analytics.definitions import event_tables
-from kraftlog.spark.history import built_clusters, choose_cluster
-from kraftlog.spark.store import TableStore
 
 MAX_ROWS = 200  # rows shown per table; the rest is counted
 
@@ -39,36 +33,6 @@ class Period:
         return f"{fmt(self.start, 'the start of the log')} to {fmt(self.end, 'the end of the log')}"
 
 
-def _in_period(df: DataFrame, period: Period) -> DataFrame:
-    """Rows of an event table that touch the period: point events by time, windows by overlap."""
-    cols = set(df.columns)
-    if "timestamp" in cols:
-        start_col, end_col = F.col("timestamp"), F.col("timestamp")
-    elif "from_time" in cols:
-        start_col, end_col = F.col("from_time"), F.col("to_time")
-    elif "hour" in cols:
-        start_col, end_col = F.col("hour"), F.col("hour") + F.expr("INTERVAL 1 HOUR")
-    else:
-        return df
-    if period.start is not None:
-        df = df.filter(end_col.isNull() | (end_col >= F.lit(period.start)))
-    if period.end is not None:
-        df = df.filter(start_col <= F.lit(period.end))
-    return df
-
-
-def report_frames(store: TableStore, cluster_ids: list[str], period: Period) -> dict[str, dict[str, pd.DataFrame]]:
-    """The event rows of some clusters in the period, as pandas frames by cluster and table name (one read of
-    each table for all the clusters)."""
-    out: dict[str, dict[str, pd.DataFrame]] = {c: {} for c in cluster_ids}
-    for name, table in event_tables().items():
-        df: pd.DataFrame = _in_period(store.read(table).filter(F.col("cluster_id").isin(cluster_ids)),
-                                      period).toPandas()
-        for c in cluster_ids:
-            out[c][name] = df[df["cluster_id"] == c].drop(columns="cluster_id").reset_index(drop=True)
-    return out
-
-
 @dataclass
 class Report:
     cluster_id: str
@@ -77,25 +41,11 @@ class Report:
     generated: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     def html(self) -> str:
-        return render(self)
+        return report_html(self)
 
     def summary(self) -> list[tuple[str, str, bool]]:
         """The summary cards: (label, value, alarming)."""
         return _summary(self.frames)
-
-
-def build_reports(store: TableStore, clusters: list[str] | None, period: Period) -> list[Report]:
-    """The reports of ``clusters`` (ids, or the part after ``source:``; None: every cluster built) over ``period``."""
-    known = sorted(built_clusters(store))
-    ids = [choose_cluster(known, c) for c in clusters] if clusters else known
-    frames = report_frames(store, ids, period)
-    return [Report(c, period, frames[c]) for c in ids]
-
-
-def build_report(store: TableStore, cluster: str | None, period: Period) -> Report:
-    """The report of ``cluster`` (its id, or the only cluster built) over ``period``."""
-    cluster_id = choose_cluster(sorted(built_clusters(store)), cluster)
-    return build_reports(store, [cluster_id], period)[0]
 
 
 def report_name(cluster_id: str) -> str:
@@ -297,7 +247,7 @@ _SECTIONS = [("elections", "Leader elections"), ("isr", "ISR churn"), ("brokers"
              ("audit", "Configuration audit"), ("health", "Log health")]
 
 
-def render(report: Report) -> str:
+def report_html(report: Report) -> str:
     """The report as one HTML document."""
     f = report.frames
     e, isr, periods, health = f["leader_elections"], f["isr_changes"], f["broker_fenced_periods"], f["log_health"]

@@ -188,7 +188,7 @@ DECODE_RESULT = T.StructType([
 
 
 def _decode_value(value: bytes | None, key: bytes | None = None, control: bool = False) -> dict[str, Any] | None:
-    from kraftlog.tables.rows import render
+    from kraftlog.tables.rows import record_json
     from kraftlog.wire.files import decode_value
     from kraftlog.wire.messages import default_codec
     from kraftlog.wire.redact import default_redactor
@@ -197,7 +197,7 @@ def _decode_value(value: bytes | None, key: bytes | None = None, control: bool =
         return None
     d = decode_value(default_codec(), control, key, value)
     return {"api_key": d.api_key, "type": d.type, "version": d.version, "status": d.status, "error": d.error,
-            "data_json": render(d, default_redactor())}
+            "data_json": record_json(d, default_redactor())}
 
 
 def register_functions(spark: SparkSession) -> None:

@@ -24,7 +24,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from kraftlog.analytics.events import valid_at
 from kraftlog.config import Config
+from kraftlog.errors import ClusterNotFound, NotBuilt, UsageError
 from kraftlog.points import check_in_log
 from kraftlog.spark.increments import cluster_predicate, plan_build, state_table_rows
 from kraftlog.spark.replay import (
@@ -151,8 +153,7 @@ def read_histories(store: TableStore) -> History:
 def state_at(histories: History, cluster_id: str, offset: int, kinds: Iterable[str] | None = None) -> History:
     """The versions of every entity valid at ``offset`` (inclusive) of one cluster."""
     wanted = set(kinds) if kinds is not None else set(histories)
-    return {k: df.filter((F.col("cluster_id") == cluster_id) & (F.col("valid_from_offset") <= offset)
-                         & (F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > offset)))
+    return {k: df.filter((F.col("cluster_id") == cluster_id) & valid_at(F.lit(offset)))
             for k, df in histories.items() if k in wanted}
 
 
@@ -181,21 +182,8 @@ def built_clusters(store: TableStore) -> dict[str, dict[str, Any]]:
     try:
         rows = store.read(ranges).select(*ranges.columns, F.unix_millis("base_timestamp").alias("base_ms")).collect()
     except Exception as e:  # no build yet
-        raise LookupError(f"no entity histories under {store.warehouse}: run `kraftlog reconstruct` first") from e
+        raise NotBuilt(f"no entity histories under {store.warehouse}: run `kraftlog reconstruct` first") from e
     return {r["cluster_id"]: r.asDict() for r in rows}
-
-
-def choose_cluster(known: list[str], cluster: str | None) -> str:
-    """The one cluster of ``known`` that ``cluster`` names (its id, or the part after ``source:``), or the
-    only one when ``cluster`` is None."""
-    if cluster is not None:
-        hits = [c for c in known if c == cluster] or [c for c in known if c.endswith(":" + cluster)]
-        if len(hits) != 1:
-            raise LookupError(f"cluster {cluster!r} not found; known: {', '.join(known) or 'none'}")
-        return hits[0]
-    if len(known) != 1:
-        raise LookupError("several clusters: " + ", ".join(known) + "; choose one with --cluster")
-    return known[0]
 
 
 def image_at(store: TableStore, cluster_id: str, offset: int | None = None, timestamp_ms: int | None = None,
@@ -203,7 +191,7 @@ def image_at(store: TableStore, cluster_id: str, offset: int | None = None, time
     """The state of one cluster at an offset (inclusive) or a time, from the history tables."""
     ranges = built_clusters(store)
     if cluster_id not in ranges:
-        raise LookupError(f"cluster {cluster_id!r} has no histories; built: {', '.join(sorted(ranges)) or 'none'}")
+        raise ClusterNotFound(f"cluster {cluster_id!r} has no histories; built: {', '.join(sorted(ranges)) or 'none'}")
     r = ranges[cluster_id]
     records = store.read(catalog()["records"])
     if timestamp_ms is not None:
@@ -250,7 +238,7 @@ def diff(histories: History, cluster_id: str, a: int, b: int, kinds: Iterable[st
                 .filter("c.differs").select("kind", "key", "c.field", "c.before", "c.after"))
         rows = part if rows is None else rows.unionByName(part)
     if rows is None:
-        raise ValueError("no entity kinds selected")
+        raise UsageError("no entity kinds selected")
     return rows
 
 
@@ -317,8 +305,7 @@ def verify_build(spark: SparkSession, build: HistoryBuild) -> list[tuple[str, li
         left: History = {}
         right: History = {}
         for kind, df in build.histories.items():
-            valid = (F.col("valid_from_offset") <= F.col("at")) & (
-                F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > F.col("at")))
+            valid = valid_at(F.col("at"))
             left[kind] = df.join(points, "cluster_id").filter(valid).withColumn("cluster_id", F.col("pseudo"))
             right[kind] = df.filter(F.col("cluster_id").isin(pseudo))
         rows = differing_json(left, right)
@@ -342,7 +329,6 @@ __all__ = [
     "HistoryBuild",
     "build_histories",
     "built_clusters",
-    "choose_cluster",
     "cluster_predicate",
     "diff",
     "differences",

@@ -24,6 +24,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from kraftlog.errors import UsageError
 from kraftlog.spark.replay import ClusterBase, TableSource, state_rows
 from kraftlog.spark.store import TableStore
 from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
@@ -66,7 +67,7 @@ def _sql(text: str) -> str:
     """A cluster id as a SQL string literal (ids with quotes or backslashes are refused, not escaped:
     delta-rs and Spark SQL escape them differently)."""
     if "'" in text or "\\" in text:
-        raise ValueError(f"cluster id {text!r}: quotes and backslashes are not supported in --cluster")
+        raise UsageError(f"cluster id {text!r}: quotes and backslashes are not supported in --cluster")
     return f"'{text}'"
 
 

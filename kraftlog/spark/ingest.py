@@ -275,7 +275,7 @@ def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str
         winners = store.read_parquet(store.parquet_files(staging + "/index"), from_arrow_schema(INDEX))
         existing = store.read(cat.core["records"]).filter(F.col("cluster_id").isin(clusters)).select(
             "cluster_id", "snapshot_id", "log_offset", "snapshot_seq", "value_hash", "batch_epoch", "node_id",
-            "file", "record_type", "timestamp", "data_json", "is_control", "api_key")
+            "file", "record_type", "timestamp", "data_json", "is_control", "api_key", "status")
         to_append, replace_keys, old_divergence = against_existing(winners.drop("key", "value"), existing, paths,
                                                                    winners)
         candidates = old_divergence if divergence is None else divergence.unionByName(old_divergence)

@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from kraftlog.errors import UsageError
 from kraftlog.planning import pack
 from kraftlog.spark.session import default_parallelism
 from kraftlog.storage import Storage, is_local
@@ -103,7 +104,7 @@ def parse_bytes(text: str) -> int:
     """A Spark size (``134217728``, ``128m``, ``128MB``, ``1g``) in bytes."""
     m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
     if m is None or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {text!r}")
+        raise UsageError(f"not a size: {text!r}")
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 

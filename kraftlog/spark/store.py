@@ -25,11 +25,12 @@ import json
 import logging
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,6 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.config import Config
+from kraftlog.errors import KraftlogError, UsageError
 from kraftlog.lease import Lease
 from kraftlog.spark.inputs import FileGroups, FileSpec
 from kraftlog.spark.session import default_parallelism, is_connect
@@ -258,38 +260,9 @@ def _stage_partition(chunks: Iterable[dict[str, pa.Table]], roots: dict[str, str
         yield pa.RecordBatch.from_pylist(rows, schema=WRITTEN)
 
 
-class TableStore(Protocol):
-    """Where kraftlog's tables live."""
-
-    kind: str
-    warehouse: str
-
-    storage: Storage
-    lease: Lease | None
-
-    def path(self, table: TableDef) -> str: ...
-    def ensure(self, table: TableDef) -> None: ...
-    def read(self, table: TableDef) -> DataFrame: ...
-    def read_parquet(self, uris: list[str], schema: Any) -> DataFrame: ...
-    def parquet_files(self, folder: str) -> list[str]: ...
-    def stage(self, df: DataFrame | FileGroups, tables: list[TableDef], router: Router, run_id: str
-              ) -> list[StagedFile]: ...
-    def stage_root(self, table: TableDef, run_id: str) -> tuple[str, str]: ...
-    def stage_chunks(self, df: DataFrame | FileGroups, tables: list[TableDef], produce: Producer, run_id: str,
-                     scratch: bool = False) -> list[StagedFile]: ...
-    def read_staged(self, table: TableDef, files: list[StagedFile]) -> DataFrame: ...
-    def overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None = None
-                  ) -> None: ...
-    def stage_small(self, table: TableDef, data: pa.Table, run_id: str) -> list[StagedFile]: ...
-    def commit(self, manifest: Manifest) -> None: ...
-    def replace(self, frames: list[tuple[TableDef, DataFrame]], build_id: str, where: str | None = None
-                ) -> dict[str, int]: ...
-    def recover(self) -> list[Manifest]: ...
-    def discard_staging(self, run_id: str) -> None: ...
-
-
-class _Base:
-    """Manifests and staging shared by both stores."""
+class TableStore(ABC):
+    """Where kraftlog's tables live: staging (executors write Parquet), manifests and recovery shared by
+    both writers; each writer commits (``ensure``, ``_append``, ``_delete``, ``overwrite``) and reads."""
 
     kind = "base"
 
@@ -393,12 +366,18 @@ class _Base:
             self.overwrite(t, [f for f in files if f.table == t.name], build_id, where)
         return {t.name: sum(f.num_records for f in files if f.table == t.name) for t in tables}
 
+    @abstractmethod
     def ensure(self, table: TableDef) -> None:
-        raise NotImplementedError
+        """Create ``table`` if it does not exist (and check its schema version if it does)."""
 
+    @abstractmethod
+    def read(self, table: TableDef) -> DataFrame:
+        """``table`` as a DataFrame."""
+
+    @abstractmethod
     def overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None = None
                   ) -> None:
-        raise NotImplementedError
+        """Replace the rows of ``table`` (those matching ``where``, else all) with staged ``files``."""
 
     # -- manifests ------------------------------------------------------------------------------------
     def _pending_dir(self) -> str:
@@ -452,17 +431,19 @@ class _Base:
             if files:
                 self._append(cat[name], files, m)
 
+    @abstractmethod
     def _delete(self, table: TableDef, predicate: str, run_seq: int) -> None:
-        raise NotImplementedError
+        """Delete the rows matching ``predicate`` (once per run: idempotent)."""
 
+    @abstractmethod
     def _append(self, table: TableDef, files: list[StagedFile], m: Manifest) -> None:
-        raise NotImplementedError
+        """Add staged ``files`` to ``table`` (once per run: idempotent)."""
 
     def _committed(self, version: int | None, run_seq: int) -> bool:
         return version is not None and version >= run_seq
 
 
-class DeltaRsStore(_Base):
+class DeltaRsStore(TableStore):
     """Delta tables written by executors (Parquet) and committed with delta-rs on the driver."""
 
     kind = "delta-rs"
@@ -541,7 +522,7 @@ class DeltaRsStore(_Base):
             self.after_commit(table.name)
 
 
-class DeltaSparkStore(_Base):
+class DeltaSparkStore(TableStore):
     """Delta tables through the delta-spark jar (``format("delta")``)."""
 
     kind = "delta-spark"
@@ -655,7 +636,7 @@ def open_store(spark: SparkSession, warehouse: str, writer: str = "auto",
                                "(add the delta-spark jar, e.g. spark.jars.packages=io.delta:delta-spark_2.13:<v>)")
         return DeltaSparkStore(spark, warehouse, after_commit, storage)
     if writer not in ("auto", "delta-rs"):
-        raise ValueError(f"unknown writer {writer!r}: auto, delta-rs or delta-spark")
+        raise UsageError(f"unknown writer {writer!r}: auto, delta-rs or delta-spark")
     return DeltaRsStore(spark, warehouse, after_commit, storage)
 
 
@@ -669,7 +650,7 @@ def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
-class NotAWarehouseError(Exception):
+class NotAWarehouseError(KraftlogError):
     """A directory that holds other things than kraftlog's tables: kraftlog does not write into it."""
 
 

@@ -3,14 +3,20 @@
 Within a run, the files of each cluster are decided together in Python (``kraftlog.tables.copies``,
 which states the rules). Where earlier runs landed rows of the same cluster, this run's winners (narrow
 ``INDEX`` rows: key, batch epoch, node, file id, value hash, raw bytes) meet them here: new keys are
-appended; a landed log row loses to a copy with a higher batch epoch (it is replaced and reported),
-otherwise the landed row stays and the new copy is reported.
+appended; a landed log row loses to a better copy by the same order the run used (``LOG_COPY_ORDER``: it
+is replaced and reported), otherwise the landed row stays and the new copy is reported. So what lands does
+not depend on which run saw which copy first.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from collections.abc import Callable
+
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+
+from kraftlog.tables.copies import LOG_COPY_ORDER
+from kraftlog.tables.rows import CORRUPT_BATCH
 
 JOIN_KEY = ["cluster_id", "_snap", "log_offset", "_seq"]
 _COPY = ["node_id", "file", "batch_epoch", "value_hash"]  # what identifies a copy in divergence rows
@@ -62,6 +68,17 @@ def with_raw_bytes(df: DataFrame, records: DataFrame) -> DataFrame:
     return keyed.join(raw, ["file_id", "_pos"], "left").drop("_pos")
 
 
+def better_copy(new: Callable[[str], Column], old: Callable[[str], Column],
+                order: tuple[tuple[str, str], ...] = LOG_COPY_ORDER) -> Column:
+    """Whether the copy ``new`` (its columns by the order's names) beats ``old`` by ``order`` (unknown last)."""
+    result = F.lit(False)
+    for column, direction in reversed(order):  # lexicographic, from the least significant column up
+        a, b = new(column), old(column)
+        wins = a.isNotNull() & (b.isNull() | ((a > b) if direction == "desc" else (a < b)))
+        result = wins | (a.eqNullSafe(b) & result)
+    return result
+
+
 def against_existing(winners: DataFrame, existing: DataFrame, paths: F.Column, records: DataFrame
                      ) -> tuple[DataFrame, DataFrame, DataFrame]:
     """(rows to append, landed keys to replace, divergence rows) for this run's winners.
@@ -73,25 +90,32 @@ def against_existing(winners: DataFrame, existing: DataFrame, paths: F.Column, r
     w = with_join_key(winners)
     landed = ["value_hash", "batch_epoch", "node_id", "file", "record_type", "timestamp", "data_json",
               "is_control", "api_key"]
-    e = with_join_key(existing).select(*JOIN_KEY, *[F.col(c).alias(f"e_{c}") for c in landed])
+    e = with_join_key(existing).select(*JOIN_KEY, *[F.col(c).alias(f"e_{c}") for c in landed],
+                                       (F.col("status") != CORRUPT_BATCH).alias("e_trusted"))
     new = w.join(e, JOIN_KEY, "left_anti")
-    both = w.join(e, JOIN_KEY, "inner").filter(F.col("value_hash") != F.col("e_value_hash"))
-    replaces = F.col("snapshot_id").isNull() & (F.col("batch_epoch") > F.col("e_batch_epoch"))
-    replacing = with_paths(both.filter(replaces), paths)
-    keep = with_paths(with_raw_bytes(both.filter(~replaces), records), paths)
+    differs = (F.col("value_hash") != F.col("e_value_hash")) | (F.col("crc_valid") != F.col("e_trusted"))
+    both = with_paths(w.join(e, JOIN_KEY, "inner").filter(differs), paths)
+    this_run = {"trusted": F.col("crc_valid")}
+    replaces = F.col("snapshot_id").isNull() & better_copy(lambda c: this_run.get(c, F.col(c)),
+                                                           lambda c: F.col(f"e_{c}"))
+    replacing = both.filter(replaces)
+    keep = with_raw_bytes(both.filter(~replaces), records)
     no_bytes = [F.lit(None).cast("binary").alias("key"), F.lit(None).cast("binary").alias("value")]
     replaced_div = divergence_rows(
         replacing.select("cluster_id", "snapshot_id", "log_offset", "snapshot_seq",
                          *[F.col(c).alias(f"w_{c}") for c in _COPY],
                          *[F.col(f"e_{c}").alias(c) for c in [*_COPY, "record_type", "timestamp", "data_json",
                                                                 "is_control", "api_key"]], *no_bytes),
-        F.lit("replaced_by_higher_epoch"))
+        F.when(F.col("w_batch_epoch") > F.col("batch_epoch"), F.lit("replaced_by_higher_epoch"))
+         .otherwise(F.lit("replaced_by_better_copy")))
     lost_div = divergence_rows(
         keep.select("cluster_id", "snapshot_id", "log_offset", "snapshot_seq",
-                    *[F.col(f"e_{c}").alias(f"w_{c}") for c in _COPY], *_COPY, "timestamp", "is_control", "api_key",
+                    *[F.col(f"e_{c}").alias(f"w_{c}") for c in _COPY], *_COPY, "crc_valid", "timestamp", "is_control",
+                    "api_key",
                     F.lit(None).cast("string").alias("record_type"), F.lit(None).cast("string").alias("data_json"),
                     "key", "value"),
         F.when(F.col("snapshot_id").isNotNull(), F.lit("snapshot_copy_differs"))
+         .when(~F.col("crc_valid"), F.lit("corrupt_copy"))
          .when(F.col("batch_epoch") < F.col("w_batch_epoch"), F.lit("lower_epoch"))
          .otherwise(F.lit("same_epoch_conflict")))
     to_append = new.unionByName(replacing.select(*new.columns)).drop("_snap", "_seq")

@@ -26,6 +26,7 @@ from kraftlog.points import check_in_log
 from kraftlog.state.bases import Base, SnapshotRef, choose_base, run_start, snapshot_reach
 from kraftlog.state.entities import KINDS
 from kraftlog.state.replay import Change, Event, Image, Replayer
+from kraftlog.tables.copies import SNAPSHOT_COPY_ORDER, copy_rank
 from kraftlog.tables.rows import CORRUPT_BATCH, value_hash
 from kraftlog.wire.discover import DataDir, scan
 from kraftlog.wire.files import BOOTSTRAP, SEGMENT, parse_meta_properties, read_file
@@ -100,7 +101,8 @@ def load_clusters(paths: Iterable[str | Path], redact: bool = True) -> list[Clus
     """
     redactor: Redactor | Callable[[Decoded], Decoded] = default_redactor() if redact else (lambda d: d)
     clusters: dict[str, ClusterLog] = {}
-    best: dict[str, dict[int, tuple[tuple[int, int, int], Event]]] = {}
+    best: dict[str, dict[int, tuple[tuple[Any, ...], Event]]] = {}
+    snapshot_rank: dict[tuple[str, str], tuple[Any, ...]] = {}
     roots = [str(p) for p in paths]
     dirs: list[tuple[str, DataDir]] = [(p, dd) for p in roots for dd in scan([p])]
     for root, dd in dirs:
@@ -119,12 +121,16 @@ def load_clusters(paths: Iterable[str | Path], redact: bool = True) -> list[Clus
             if info.kind == SEGMENT:
                 mine = best.setdefault(cluster_id, {})
                 for ev, ok in events:
-                    rank = (0 if ok else 1, -ev.epoch, node if node is not None else 1 << 30)
+                    rank = copy_rank({"trusted": ok, "batch_epoch": ev.epoch, "node_id": node, "file": entry.path})
                     if ev.offset not in mine or rank < mine[ev.offset][0]:
                         mine[ev.offset] = (rank, ev)
-            elif problems or not all(ok for _, ok in events):
+                continue
+            if problems or not all(ok for _, ok in events):
                 continue  # a corrupt or incomplete snapshot is no base (Kafka would not load it)
-            elif info.snapshot_id not in cl.snapshots or (node or 0) < (cl.snapshots[info.snapshot_id].node_id or 0):
+            rank = copy_rank({"trusted": True, "node_id": node, "file": entry.path}, SNAPSHOT_COPY_ORDER)
+            label = info.snapshot_id or entry.path
+            if (cluster_id, label) not in snapshot_rank or rank < snapshot_rank[cluster_id, label]:
+                snapshot_rank[cluster_id, label] = rank
                 assert info.end_offset is not None and info.epoch is not None
                 header_ts = next((e.decoded.data or {}).get("last_contained_log_timestamp", 0)
                                  for e, _ in events if e.decoded.type == "SnapshotHeader") if events else 0
@@ -272,5 +278,17 @@ def image_to_json(image: Image, kinds: Iterable[str] | None = None) -> dict[str,
     return out
 
 
-def diff_to_json(diffs: list[Difference]) -> list[dict[str, Any]]:
-    return [{"kind": d.kind, "key": list(d.key), "field": d.field, "from": d.left, "to": d.right} for d in diffs]
+def topic_names(*images: Image) -> dict[str, str]:
+    """Topic id -> name over ``images`` (a later image's name wins: a deleted topic keeps its last name)."""
+    return {key[0]: value["name"] for image in images for key, value in image.entities["topics"].items()}
+
+
+def diff_to_json(diffs: list[Difference], names: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One JSON object per difference; ``names`` (topic id -> name) adds ``topic`` to topic and partition rows."""
+    out = []
+    for d in diffs:
+        row: dict[str, Any] = {"kind": d.kind, "key": list(d.key), "field": d.field, "from": d.left, "to": d.right}
+        if names is not None and d.kind in ("topics", "partitions") and d.key[0] in names:
+            row["topic"] = names[d.key[0]]
+        out.append(row)
+    return out

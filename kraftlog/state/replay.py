@@ -127,11 +127,10 @@ class Replayer:
             "REGISTER_BROKER_RECORD": self._register_broker,
             "UNREGISTER_BROKER_RECORD": self._unregister_broker,
             "BROKER_REGISTRATION_CHANGE_RECORD": self._broker_change,
-            "FENCE_BROKER_RECORD": lambda d, o, t, h: self._fence(d, o, t, True),
-            "UNFENCE_BROKER_RECORD": lambda d, o, t, h: self._fence(d, o, t, False),
+            "FENCE_BROKER_RECORD": self._fence_broker,
+            "UNFENCE_BROKER_RECORD": self._unfence_broker,
             "REGISTER_CONTROLLER_RECORD": self._register_controller,
-            "UNREGISTER_CONTROLLER_RECORD": lambda d, o, t, h: self._delete("controllers", (d["controller_id"],),
-                                                                            o, t),
+            "UNREGISTER_CONTROLLER_RECORD": self._unregister_controller,
             "TOPIC_RECORD": self._topic,
             "PARTITION_RECORD": self._partition,
             "PARTITION_CHANGE_RECORD": self._partition_change,
@@ -139,29 +138,59 @@ class Replayer:
             "REMOVE_TOPIC_RECORD": self._remove_topic,
             "CONFIG_RECORD": self._config,
             "CLIENT_QUOTA_RECORD": self._quota,
-            "PRODUCER_IDS_RECORD": lambda d, o, t, h: self._set("producer_ids", (), {
-                "next_producer_id": d["next_producer_id"]}, o, t),
+            "PRODUCER_IDS_RECORD": self._producer_ids,
             "ACCESS_CONTROL_ENTRY_RECORD": self._acl,
             "REMOVE_ACCESS_CONTROL_ENTRY_RECORD": self._remove_acl,
-            "USER_SCRAM_CREDENTIAL_RECORD": lambda d, o, t, h: self._set("scram_users", (d["mechanism"], d["name"]), {
-                "iterations": d["iterations"], "credential_hash": h}, o, t),
-            "REMOVE_USER_SCRAM_CREDENTIAL_RECORD": lambda d, o, t, h: self._delete(
-                "scram_users", (d["mechanism"], d["name"]), o, t),
-            "DELEGATION_TOKEN_RECORD": lambda d, o, t, h: self._set("delegation_tokens", (d["token_id"],), {
-                "owner": d["owner"], "requester": d["requester"], "renewers": list(d["renewers"]),
-                "issue_timestamp": d["issue_timestamp"], "max_timestamp": d["max_timestamp"],
-                "expiration_timestamp": d["expiration_timestamp"]}, o, t),
-            "REMOVE_DELEGATION_TOKEN_RECORD": lambda d, o, t, h: self._delete("delegation_tokens", (d["token_id"],),
-                                                                              o, t),
+            "USER_SCRAM_CREDENTIAL_RECORD": self._scram_credential,
+            "REMOVE_USER_SCRAM_CREDENTIAL_RECORD": self._remove_scram_credential,
+            "DELEGATION_TOKEN_RECORD": self._delegation_token,
+            "REMOVE_DELEGATION_TOKEN_RECORD": self._remove_delegation_token,
             "FEATURE_LEVEL_RECORD": self._feature,
-            "REMOVE_FEATURE_LEVEL_RECORD": lambda d, o, t, h: self._delete("features", (d["name"],), o, t),
-            "ZK_MIGRATION_STATE_RECORD": lambda d, o, t, h: self._set("zk_migration_state", (), {
-                "state": d["zk_migration_state"],
-                "state_name": self._zk_names.get(str(d["zk_migration_state"]))}, o, t),
-            "KRaftVersion": lambda d, o, t, h: self._set("kraft_version", (), {"kraft_version": d["kraft_version"]},
-                                                         o, t),
+            "REMOVE_FEATURE_LEVEL_RECORD": self._remove_feature,
+            "ZK_MIGRATION_STATE_RECORD": self._zk_migration_state,
+            "KRaftVersion": self._kraft_version,
             "KRaftVoters": self._voters,
         }
+
+    # -- the records whose rule is one set or delete (arguments: data, offset, timestamp, value hash) ---------
+    def _fence_broker(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
+        self._fence(d, offset, ts, True)
+
+    def _unfence_broker(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
+        self._fence(d, offset, ts, False)
+
+    def _unregister_controller(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
+        self._delete("controllers", (d["controller_id"],), offset, ts)
+
+    def _producer_ids(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
+        self._set("producer_ids", (), {"next_producer_id": d["next_producer_id"]}, offset, ts)
+
+    def _scram_credential(self, d: Value, offset: int, ts: int, value_hash: int | None) -> None:
+        self._set("scram_users", (d["mechanism"], d["name"]),
+                  {"iterations": d["iterations"], "credential_hash": value_hash}, offset, ts)
+
+    def _remove_scram_credential(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
+        self._delete("scram_users", (d["mechanism"], d["name"]), offset, ts)
+
+    def _delegation_token(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
+        self._set("delegation_tokens", (d["token_id"],), {
+            "owner": d["owner"], "requester": d["requester"], "renewers": list(d["renewers"]),
+            "issue_timestamp": d["issue_timestamp"], "max_timestamp": d["max_timestamp"],
+            "expiration_timestamp": d["expiration_timestamp"]}, offset, ts)
+
+    def _remove_delegation_token(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
+        self._delete("delegation_tokens", (d["token_id"],), offset, ts)
+
+    def _remove_feature(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
+        self._delete("features", (d["name"],), offset, ts)
+
+    def _zk_migration_state(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
+        self._set("zk_migration_state", (), {"state": d["zk_migration_state"],
+                                              "state_name": self._zk_names.get(str(d["zk_migration_state"]))},
+                  offset, ts)
+
+    def _kraft_version(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
+        self._set("kraft_version", (), {"kraft_version": d["kraft_version"]}, offset, ts)
 
     # -- input ----------------------------------------------------------------------------------------
     def load_snapshot(self, events: Iterable[Event], offset: int, timestamp: int) -> None:
@@ -365,12 +394,12 @@ class Replayer:
         if leader != -2:
             new["leader"] = leader
             new["leader_epoch"] = p["leader_epoch"] + 1
-        lrs = d.get("leader_recovery_state", -1)
-        if lrs != -1:
-            if lrs not in (0, 1):
-                self.problems.append(f"offset {o}: invalid leader recovery state {lrs}")
+        recovery = d.get("leader_recovery_state", -1)
+        if recovery != -1:
+            if recovery not in (0, 1):
+                self.problems.append(f"offset {o}: invalid leader recovery state {recovery}")
                 return
-            new["leader_recovery_state"] = lrs
+            new["leader_recovery_state"] = recovery
         new["partition_epoch"] = p["partition_epoch"] + 1
         self._set("partitions", key, new, o, t)
 

@@ -142,12 +142,12 @@ def image_tree(image: Image) -> Tree:
     }
 
 
-def render(tree: Tree | str, indent: int = 0) -> str:
+def tree_text(tree: Tree | str, indent: int = 0) -> str:
     """Text as the shell's ``tree`` prints it (children sorted, two spaces per level)."""
     if isinstance(tree, str):
         return "  " * indent + tree + "\n"
     out = []
     for name in sorted(tree):
         out.append("  " * indent + f"{name}:\n")
-        out.append(render(tree[name], indent + 1))
+        out.append(tree_text(tree[name], indent + 1))
     return "".join(out)

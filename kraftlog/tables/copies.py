@@ -3,11 +3,15 @@
 Several nodes hold copies of the same log (every controller replicates it) and of the same snapshots.
 The rules for the one copy that lands, per record key:
 
-* log records, key ``log_offset``: a copy from a batch with a valid CRC beats a corrupt one; then the
-  copy with the highest batch epoch wins (a later leader overwrote an uncommitted suffix); ties go to
-  the lowest node id (unknown last), then the file;
+* log records, key ``log_offset``: a copy from a trusted batch (valid CRC, in order) beats a corrupt
+  one; then the copy with the highest batch epoch wins (a later leader overwrote an uncommitted suffix);
+  ties go to the lowest node id (unknown last), then the file (``LOG_COPY_ORDER``);
 * snapshot and bootstrap records, key (``snapshot_id``, ``snapshot_seq``): records are never mixed
-  across copies of a snapshot: one whole file wins (lowest node id, unknown last, then the file).
+  across copies of a snapshot: one whole file wins: a whole trusted one first, then the lowest node id
+  (unknown last), then the file (``SNAPSHOT_COPY_ORDER``).
+
+The orders are data: ``choose`` (numpy, one run's files), ``copy_rank`` (the local commands) and
+``kraftlog.spark.transforms`` (this run's winners against landed rows) all read them.
 
 Losing copies whose bytes differ are reported as divergence; identical copies (replicas) are not.
 ``choose`` works on the narrow ``INDEX`` rows of the files (``FileIndexer``), column-wise in numpy.
@@ -15,20 +19,51 @@ Losing copies whose bytes differ are reported as divergence; identical copies (r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kraftlog.tables.definitions import catalog
-from kraftlog.tables.rows import INDEX, FileIndexer, FileRef, file_layout, project, render
+from kraftlog.tables.rows import INDEX, FileIndexer, FileRef, file_layout, project, record_json
 from kraftlog.wire.columns import LogColumns, read_columns
 from kraftlog.wire.files import decode_value
 from kraftlog.wire.messages import default_codec
 from kraftlog.wire.redact import default_redactor
 
 NO_NODE = np.iinfo(np.int64).max  # unknown node ids sort last
+
+# competing copies of one record, best first: (column, direction); unknown (null) values sort last.
+# "trusted": from a batch with a valid CRC and no other problem (INDEX ``crc_valid``); "file": the path
+# (file ids follow path order within a run)
+LOG_COPY_ORDER: tuple[tuple[str, str], ...] = (
+    ("trusted", "desc"), ("batch_epoch", "desc"), ("node_id", "asc"), ("file", "asc"))
+SNAPSHOT_COPY_ORDER: tuple[tuple[str, str], ...] = (("trusted", "desc"), ("node_id", "asc"), ("file", "asc"))
+
+
+def copy_rank(copy: Mapping[str, Any], order: tuple[tuple[str, str], ...] = LOG_COPY_ORDER) -> tuple[Any, ...]:
+    """A sort key of one copy (``copy``: its values by the order's column names): the best copy sorts first."""
+    key: list[Any] = []
+    for column, direction in order:
+        v = copy[column]
+        if v is None:
+            key.append((1, 0))
+        else:
+            key.append((0, -v if direction == "desc" else v))
+    return tuple(key)
+
+
+def _sort_keys(order: tuple[tuple[str, str], ...], columns: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """``np.lexsort`` keys (least significant first) for ``order`` over ``columns`` (nulls already mapped last)."""
+    keys = []
+    for column, direction in reversed(order):
+        v = columns[column]
+        keys.append(~v if v.dtype == np.bool_ and direction == "desc" else -v.astype(np.int64)
+                    if direction == "desc" else v)
+    return keys
 SAME_EPOCH = "same_epoch_conflict"  # divergence reason: two copies differ at one offset and epoch
 
 # what ``choose`` reports per losing copy: the divergence table's columns (its JSON not yet rendered),
@@ -89,16 +124,20 @@ def choose(files: list[FileRef], indexer: FileIndexer | None = None) -> Choice:
     snapshot = index["snapshot_id"].dictionary_encode()
     snap_code = pc.fill_null(snapshot.combine_chunks().indices, -1).to_numpy().astype(np.int64)
 
+    trusted = index["crc_valid"].to_numpy(zero_copy_only=False)
     winner = np.full(n, -1, np.int64)  # per row: the row of the winning copy of its key (-1: none)
     log = np.flatnonzero(snap_code < 0)
     if log.size:
-        order = log[np.lexsort((file_id[log], node[log], -epoch[log].astype(np.int64),
-                                ~index["crc_valid"].to_numpy(zero_copy_only=False)[log], position[log]))]
+        by = {"trusted": trusted[log], "batch_epoch": epoch[log], "node_id": node[log], "file": file_id[log]}
+        order = log[np.lexsort((*_sort_keys(LOG_COPY_ORDER, by), position[log]))]
         first = np.append(True, position[order][1:] != position[order][:-1])
         winner[order] = order[first][np.cumsum(first) - 1]
     snap = np.flatnonzero(snap_code >= 0)
     if snap.size:
-        order = snap[np.lexsort((file_id[snap], node[snap], snap_code[snap]))]
+        untrusted_files = np.unique(file_id[snap][~trusted[snap]])
+        whole = ~np.isin(file_id[snap], untrusted_files)  # a snapshot copy is trusted as a whole
+        by = {"trusted": whole, "node_id": node[snap], "file": file_id[snap]}
+        order = snap[np.lexsort((*_sort_keys(SNAPSHOT_COPY_ORDER, by), snap_code[snap]))]
         first = np.append(True, snap_code[order][1:] != snap_code[order][:-1])
         winning_file = dict(zip(snap_code[order[first]].tolist(), file_id[order[first]].tolist(), strict=True))
         won = snap[file_id[snap] == np.asarray([winning_file[c] for c in snap_code[snap].tolist()], np.int64)]
@@ -176,7 +215,7 @@ def render_divergence(rows: pa.RecordBatch | pa.Table, run_id: str) -> pa.Table:
     for j, t, k, v, ctl in zip(*cols, strict=True):
         if v is not None:
             d = decode_value(codec, ctl, k, v)
-            j = j if j is not None else render(d, redactor)
+            j = j if j is not None else record_json(d, redactor)
             t = t if t is not None else d.type
         data.append(j)
         types.append(t)

@@ -51,7 +51,7 @@ class TableDef:
     description: str
     key: tuple[str, ...]
     partition_by: tuple[str, ...] = ()
-    kind: str = "core"  # core | typed
+    kind: str = "core"  # core | typed | history | event (the table property kraftlog.kind)
     record_type: str | None = None  # typed tables: the Kafka type name rows carry in records.record_type
     properties: dict[str, str] = field(default_factory=dict)
 
@@ -187,7 +187,8 @@ def _divergence_schema() -> pa.Schema:
         col("log_offset", pa.int64(), "Offset of the contested record"),
         col("snapshot_seq", pa.int64(), "Offset inside the snapshot for snapshot records"),
         col("reason", pa.string(), "lower_epoch (this copy lost to a higher batch epoch), replaced_by_higher_epoch "
-            "(a landed row replaced by a later-seen higher-epoch copy), corrupt_copy (from a batch that failed its "
+            "(a landed row replaced by a later-seen higher-epoch copy), replaced_by_better_copy (by a later-seen copy "
+            "from a trusted batch, or a lower node id), corrupt_copy (from a batch that failed its "
             "CRC or order checks), same_epoch_conflict (two logs differ at one offset and epoch: not one cluster's), "
             "snapshot_copy_differs"),
         col("winner_node_id", pa.int32(), "Node of the canonical copy"),

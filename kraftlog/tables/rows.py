@@ -17,7 +17,6 @@ and up to three times where it competes with landed rows, each time doing only w
 from __future__ import annotations
 
 import hashlib
-import resource
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -49,7 +48,7 @@ from kraftlog.wire.redact import Redactor, default_redactor
 
 MAX_ERRORS_KEPT = 20
 CORRUPT_BATCH = "corrupt_batch"  # status of records read from a batch whose CRC or framing failed
-ALL = (-(1 << 63), (1 << 63) - 1)
+EVERY_OFFSET = (-(1 << 63), (1 << 63) - 1)  # the range of offsets that holds them all
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +219,7 @@ class KeepSpec:
     copies found wrong with the file (it contradicts another copy of its log), for the ledger.
     """
 
-    ranges: tuple[tuple[int, int], ...] = (ALL,)
+    ranges: tuple[tuple[int, int], ...] = (EVERY_OFFSET,)
     min_batch_position: int = 0
     landed_batches: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     sha256: str | None = None
@@ -232,7 +231,7 @@ class KeepSpec:
 
     def mask(self, offsets: np.ndarray) -> np.ndarray:
         """Which of ``offsets`` land."""
-        if self.ranges == (ALL,):
+        if self.ranges == (EVERY_OFFSET,):
             return np.ones(len(offsets), np.bool_)
         out = np.zeros(len(offsets), np.bool_)
         for lo, hi in self.ranges:
@@ -331,7 +330,7 @@ class FileLander:
 
     def _metadata_version(self, ch: _Chunk, derived: np.ndarray, code: np.ndarray) -> str | None:
         """The metadata.version the file's last FeatureLevelRecord for it sets (None if it has none)."""
-        is_control = ch.derived.columns[0]  # _DERIVED starts with is_control
+        is_control = ch.derived.columns["is_control"]
         levels = [_metadata_level(ch.derived.decoded[i], is_control[i]) for i in derived.tolist()]
         rows = np.flatnonzero(np.asarray([lv is not None for lv in levels], np.bool_)[code])
         if not rows.size:
@@ -339,7 +338,7 @@ class FileLander:
         level = levels[code[rows[-1]]]
         return self.mv_names.get(str(level), f"level {level}")
 
-    def _derive(self, v: Value) -> tuple[Any, ...]:
+    def _derive(self, v: Value) -> Derived:
         """What the columns of a record take from its key and value (and its batch's problems)."""
         ctl, key, value, problems = v
         d = decode_value(self.codec, ctl, key, value)
@@ -349,9 +348,9 @@ class FileLander:
         red = self.redactor(d) if d.data else d
         data_json = "{}" if d.data == {} else (dumps(payload(red)) if d.data is not None else None)
         typed = self.cat.by_record_type.get(d.type) if status == "ok" else None  # type: ignore[arg-type]
-        return (ctl, d.api_key, d.type, d.version, status, _record_error(problems, d), data_json,
-                list(red.redacted) or None, key if raw else None, value if raw else None,
-                self.hash(key, value), typed.name if typed else None, red)
+        return Derived(ctl, d.api_key, d.type, d.version, status, _record_error(problems, d), data_json,
+                       list(red.redacted) or None, key if raw else None, value if raw else None,
+                       self.hash(key, value), typed.name if typed else None, red)
 
     def _tables(self, ch: _Chunk) -> dict[str, pa.Table]:
         with paused_gc():
@@ -375,28 +374,46 @@ def _metadata_level(d: Decoded, control: bool) -> int | None:
     return None
 
 
-# what a record's columns take from its value, in the order ``FileLander._derive`` returns them
-_DERIVED = (("is_control", pa.bool_()), ("api_key", pa.int16()), ("record_type", pa.string()),
-            ("record_version", pa.int16()), ("status", pa.string()), ("error", pa.string()),
-            ("data_json", pa.string()), ("redacted_fields", pa.list_(pa.string())), ("raw_key", pa.binary()),
-            ("raw_value", pa.binary()), ("value_hash", pa.int64()), ("typed_table", pa.string()))
+class Derived(NamedTuple):
+    """What a record's columns take from its key and value (and its batch's problems), once per distinct value;
+    ``decoded`` is the redacted value (for the typed tables)."""
+
+    is_control: bool
+    api_key: int | None
+    record_type: str | None
+    record_version: int | None
+    status: str
+    error: str | None
+    data_json: str | None
+    redacted_fields: list[str] | None
+    raw_key: bytes | None
+    raw_value: bytes | None
+    value_hash: int
+    typed_table: str | None
+    decoded: Decoded
+
+
+_DERIVED_TYPES = {"is_control": pa.bool_(), "api_key": pa.int16(), "record_type": pa.string(),
+                  "record_version": pa.int16(), "status": pa.string(), "error": pa.string(),
+                  "data_json": pa.string(), "redacted_fields": pa.list_(pa.string()), "raw_key": pa.binary(),
+                  "raw_value": pa.binary(), "value_hash": pa.int64(), "typed_table": pa.string()}
 
 
 class _Derived:
-    """The distinct value-derived tuples of a chunk, column-wise, with the redacted ``Decoded`` of each."""
+    """The distinct ``Derived`` values of a chunk, column-wise, with the redacted ``Decoded`` of each."""
 
     def __init__(self) -> None:
-        self.columns: list[list[Any]] = [[] for _ in _DERIVED]
+        self.columns: dict[str, list[Any]] = {name: [] for name in _DERIVED_TYPES}
         self.decoded: list[Decoded] = []
 
-    def add(self, values: tuple[Any, ...]) -> int:
-        for column, v in zip(self.columns, values[:-1], strict=True):
-            column.append(v)
-        self.decoded.append(values[-1])
+    def add(self, values: Derived) -> int:
+        for name, column in self.columns.items():
+            column.append(getattr(values, name))
+        self.decoded.append(values.decoded)
         return len(self.decoded) - 1
 
     def arrays(self) -> dict[str, pa.Array]:
-        return {name: pa.array(col, typ) for (name, typ), col in zip(_DERIVED, self.columns, strict=True)}
+        return {name: pa.array(col, _DERIVED_TYPES[name]) for name, col in self.columns.items()}
 
 
 _CODECS = pa.array([CODEC_NAMES.get(i, str(i)) for i in range(8)], pa.string())
@@ -570,8 +587,8 @@ def _outside(path: str, keep: KeepSpec, cols: LogColumns, kept: np.ndarray) -> K
     dropped = int((~kept).sum())
     row = int(np.argmin(kept))  # the first record left out
     offset, position = int(cols.offset[row]), int(cols.position[row])
-    lo, hi = keep.ranges[0] if keep.ranges else ALL
-    allowed = f"{lo}..{hi}" if hi < ALL[1] else f"{lo} and above"
+    lo, hi = keep.ranges[0] if keep.ranges else EVERY_OFFSET
+    allowed = f"{lo}..{hi}" if hi < EVERY_OFFSET[1] else f"{lo} and above"
     return KraftDecodeError(
         f"{dropped} record(s) outside the offsets this segment's name allows ({allowed}), first at offset "
         f"{offset}; not landed", source=path,
@@ -584,7 +601,7 @@ def _record_error(problems: tuple[KraftDecodeError, ...], d: Decoded) -> str | N
     return "; ".join([e.reason for e in problems] + ([d.error] if d.error else []))
 
 
-def render(d: Decoded, redactor: Redactor) -> str | None:
+def record_json(d: Decoded, redactor: Redactor) -> str | None:
     """The redacted Kafka JSON of a decoded value."""
     if d.data is None:
         return None
@@ -601,7 +618,3 @@ def project(batch: pa.RecordBatch | pa.Table, table: TableDef, run_id: str) -> p
             arrays.append(batch.column(f.name).cast(f.type))
     return pa.Table.from_arrays(arrays, schema=table.schema)
 
-
-def resident_kb() -> int:
-    """Peak resident memory of this process (KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

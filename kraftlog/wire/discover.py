@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kraftlog.errors import KraftlogError
 from kraftlog.wire.files import BOOTSTRAP, SEGMENT, SNAPSHOT, FileInfo, classify
 
 METADATA_DIR = "__cluster_metadata-0"
@@ -124,7 +125,7 @@ def scan(roots: Iterable[str], lister: Lister = local_lister) -> list[DataDir]:
     return sorted(found.values(), key=lambda dd: dd.metadata_dir)
 
 
-class NoInputError(Exception):
+class NoInputError(KraftlogError):
     """The inputs hold no KRaft data directory (a wrong path would otherwise "succeed" every hour)."""
 
 

@@ -1,0 +1,29 @@
+"""kraftlog's own exception types: a problem of the input, the warehouse, the profile or the request.
+
+The command line turns a ``KraftlogError`` into one line and exit status 1; any other exception is a bug
+and keeps its traceback. The subclasses also derive from the built-in type they used to be (a caller
+catching ``LookupError`` still catches ``ClusterNotFound``). Problems inside files are not raised: the
+wire layer yields them as ``kraftlog.wire.errors.KraftDecodeError`` values next to what it could read.
+"""
+
+from __future__ import annotations
+
+
+class KraftlogError(Exception):
+    """A problem to tell the user as is (what, where, and what to do)."""
+
+
+class ClusterNotFound(KraftlogError, LookupError):
+    """No cluster, or several, match the one asked for."""
+
+
+class NotBuilt(KraftlogError, LookupError):
+    """The tables a command reads are not there yet (run ``ingest``, ``reconstruct`` or ``analyze`` first)."""
+
+
+class PointError(KraftlogError, ValueError):
+    """A point of the log (``--at``, ``--from``, ``--to``) that cannot be read or is outside the log."""
+
+
+class UsageError(KraftlogError, ValueError):
+    """Options that do not go together, or a value kraftlog does not support."""
