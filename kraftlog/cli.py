@@ -248,11 +248,15 @@ def report(warehouse: str | None, conf_file: str | None, cluster: str | None, st
     Reads the event tables: run `kraftlog analyze` first.
     """
     from kraftlog.analytics.report import Period, report_name
+    from kraftlog.errors import PointError
     from kraftlog.points import parse_bound, parse_time
     from kraftlog.spark.reports import build_report
     from kraftlog.storage import normalize
 
-    period = Period(parse_time(start) if start else None, parse_bound(end))
+    try:
+        period = Period(parse_time(start) if start else None, parse_bound(end))
+    except PointError as e:  # a bad option value: a usage error (exit status 2), as click reports its own
+        raise click.BadParameter(str(e)) from e
     _, store, _ = _spark_store(warehouse, conf_file)
     rep = build_report(store, cluster, period)
     page = rep.html().encode("utf-8")

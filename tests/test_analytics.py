@@ -54,7 +54,7 @@ def test_every_event_table_is_built_with_its_schema(sample_events: Any) -> None:
 
 def test_elections(events: dict[str, pd.DataFrame]) -> None:
     e = events["leader_elections"]
-    fragile = e[e.topic_name == "fragile"].sort_values("offset")
+    fragile = e[e.topic_name == "fragile"].sort_values("log_offset")
     # Phase 14: 101 stopped (controlled), 102 stopped (offline), then `--election-type unclean` at 03:13:10.9
     unclean = one(fragile[fragile.kind == "unclean"])
     assert near(unclean.timestamp, 1795230790898, 1795230792223)
@@ -125,7 +125,7 @@ def test_controller_failover(events: dict[str, pd.DataFrame]) -> None:
 
 
 def test_voters_and_features(events: dict[str, pd.DataFrame]) -> None:
-    v = events["voter_changes"].sort_values("offset")
+    v = events["voter_changes"].sort_values("log_offset")
     assert [list(x) for x in v.voters_after] == [[1], [1, 2], [1, 2, 3], [1, 2], [1, 2, 3]]
     assert list(v.change) == ["added", "added", "added", "removed", "added"]
     assert near(v.timestamp.iloc[1], 1795230499529, 1795230501101)  # add-controller 2
@@ -133,7 +133,7 @@ def test_voters_and_features(events: dict[str, pd.DataFrame]) -> None:
     assert near(v.timestamp.iloc[3], 1795230902017, 1795230903597)  # remove-controller 3
     assert near(v.timestamp.iloc[4], 1795230927821, 1795230929522)  # add it back
     f = events["feature_changes"]
-    mv = f[f.feature == "metadata.version"].sort_values("offset")
+    mv = f[f.feature == "metadata.version"].sort_values("log_offset")
     assert list(mv.change) == ["finalized", "downgrade", "upgrade"]
     assert (mv.iloc[1].from_version, mv.iloc[1].to_version) == ("3.9-IV0", "3.8-IV0")
     assert near(mv.iloc[1].timestamp, 1795230942685, 1795230944529)
@@ -149,7 +149,7 @@ def test_reassignment_and_topics(events: dict[str, pd.DataFrame]) -> None:
     assert near(bulk.from_time, 1795230637741, 1795230640507)
     assert near(bulk.to_time, 1795230670083, 1795230684827)  # "still in progress" at 03:11:10, "completed" at 03:11:23
     t = events["topic_lifecycle"]
-    tmp = t[t.topic_name == "tmp-delete-me"].sort_values("offset")
+    tmp = t[t.topic_name == "tmp-delete-me"].sort_values("log_offset")
     assert list(tmp.event) == ["create", "delete", "create"]
     assert near(tmp.timestamp.iloc[1], 1795230619414, 1795230621138)
     assert near(tmp.timestamp.iloc[2], 1795230624158, 1795230626235)
@@ -163,7 +163,7 @@ def test_reassignment_and_topics(events: dict[str, pd.DataFrame]) -> None:
 
 def test_config_quota_acl_scram(events: dict[str, pd.DataFrame]) -> None:
     c = events["config_changes"]
-    retention = c[(c.resource_name == "orders") & (c.name == "retention.ms")].sort_values("offset")
+    retention = c[(c.resource_name == "orders") & (c.name == "retention.ms")].sort_values("log_offset")
     assert list(retention.change)[:1] == ["set"] and retention.iloc[0].new_value == "86400000"
     assert near(retention.iloc[0].timestamp, 1795230518337, 1795230519906)
     secret = one(c[c.name == "listener.name.plaintext.ssl.key.password"])
@@ -174,10 +174,10 @@ def test_config_quota_acl_scram(events: dict[str, pd.DataFrame]) -> None:
     gone = q[(q.entity_text == "client-id=client-a") & (q.change == "delete")]
     assert len(gone) == 2 and all(near(ts, 1795230552572, 1795230554081) for ts in gone.timestamp)
     a = events["acl_changes"]
-    mallory = a[a.principal == "User:mallory"].sort_values("offset")
+    mallory = a[a.principal == "User:mallory"].sort_values("log_offset")
     assert list(mallory.change) == ["created", "deleted"] and set(mallory.permission) == {"DENY"}
     s = events["scram_changes"]
-    carol = s[s.user == "carol"].sort_values("offset")
+    carol = s[s.user_name == "carol"].sort_values("log_offset")
     assert list(carol.change) == ["created", "deleted"]
     assert near(carol.timestamp.iloc[0], 1795230557594, 1795230559026) and near(carol.timestamp.iloc[1], 1795230560582,
                                                                    1795230562774)

@@ -21,7 +21,7 @@ def _cluster() -> pa.Field:
 
 
 def _at(what: str = "the event") -> list[pa.Field]:
-    return [col("offset", pa.int64(), f"Log offset of {what} (the End of its metadata transaction, if any)"),
+    return [col("log_offset", pa.int64(), f"Log offset of {what} (the End of its metadata transaction, if any)"),
             col("timestamp", TS, f"Record time of {what}")]
 
 
@@ -64,14 +64,14 @@ def event_tables() -> dict[str, TableDef]:
             col("previous_isr", _INTS, "ISR before"), col("isr", _INTS, "ISR after"),
             col("replicas", _INTS, "Replicas after"),
             col("leader_recovery_state", pa.int8(), "0 RECOVERED, 1 RECOVERING"),
-        ], ("topic_id", "partition_id", "offset")),
+        ], ("topic_id", "partition_id", "log_offset")),
         _table("isr_changes", "Every change of a partition's in-sync replica set.", [
             *_at("the change"), *_partition(),
             col("kind", pa.string(), "shrink, expand, or shrink_expand (members both left and joined)"),
             col("isr_before", _INTS, "ISR before"), col("isr_after", _INTS, "ISR after"),
             col("removed", _INTS, "Replicas that left the ISR"), col("added", _INTS, "Replicas that joined the ISR"),
             col("leader", pa.int32(), "Leader after"), col("replicas", _INTS, "Replicas after"),
-        ], ("topic_id", "partition_id", "offset")),
+        ], ("topic_id", "partition_id", "log_offset")),
         _table("under_replicated", "Windows during which a partition's ISR was smaller than its replica set.", [
             *_partition(), *_window("the window"),
             col("min_isr_size", pa.int32(), "Smallest ISR size during the window"),
@@ -93,7 +93,7 @@ def event_tables() -> dict[str, TableDef]:
             col("broker_epoch", pa.int64(), "Broker epoch (the offset of its registration)"),
             col("incarnation_id", pa.string(), "Incarnation of the broker process"),
             col("fenced", pa.bool_(), "Fenced after the event"),
-        ], ("broker_id", "offset", "event")),
+        ], ("broker_id", "log_offset", "event")),
         _table("broker_fenced_periods", "Periods during which a broker was fenced, and flapping.", [
             col("broker_id", pa.int32(), "Broker"), *_window("the fenced period"),
             col("reason", pa.string(), "startup (registered fenced until caught up), controlled_shutdown, "
@@ -124,17 +124,17 @@ def event_tables() -> dict[str, TableDef]:
             col("directory_id", pa.string(), "Voter directory id"),
             col("endpoints", pa.list_(pa.string()), "Endpoints as NAME://host:port"),
             col("voters_after", _INTS, "The voter set after the change"),
-        ], ("voter_id", "offset")),
+        ], ("voter_id", "log_offset")),
         _table("feature_changes", "Finalized feature levels (metadata.version upgrades and downgrades, ...).", [
             *_at(), col("feature", pa.string(), "Feature name"),
             col("change", pa.string(), "finalized (first seen), upgrade, downgrade, removed, or present_at_start"),
             col("from_level", pa.int16(), "Level before"), col("to_level", pa.int16(), "Level after"),
             col("from_version", pa.string(), "metadata.version before, as a release"),
             col("to_version", pa.string(), "metadata.version after, as a release"),
-        ], ("feature", "offset")),
+        ], ("feature", "log_offset")),
         _table("zk_migration", "ZooKeeper to KRaft migration states (KIP-866).", [
             *_at(), col("from_state", pa.string(), "State before"), col("to_state", pa.string(), "State after"),
-        ], ("offset",)),
+        ], ("log_offset",)),
         _table("reassignments", "Partition reassignments, from the first record with adding or removing replicas "
                "to the record that clears them.", [
             *_partition(), *_window("the reassignment"),
@@ -153,7 +153,7 @@ def event_tables() -> dict[str, TableDef]:
             col("partitions_after", pa.int32(), "Partition count after"),
             col("name_reused", pa.bool_(), "On create: another topic id had this name before"),
             col("previous_topic_id", pa.string(), "That topic id"),
-        ], ("topic_id", "offset", "event")),
+        ], ("topic_id", "log_offset", "event")),
         _table("config_changes", "Dynamic config changes: old and new value (redacted where sensitive).", [
             *_at(), col("resource_type", pa.string(), "TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP"),
             col("resource_name", pa.string(), "Resource (\"\" = the cluster default for BROKER)"),
@@ -162,13 +162,13 @@ def event_tables() -> dict[str, TableDef]:
             col("old_value", pa.string(), "Value before (null: not set)"),
             col("new_value", pa.string(), "Value after (null: deleted)"),
             col("redacted", pa.bool_(), "The values are secrets and were redacted"),
-        ], ("resource_type", "resource_name", "name", "offset")),
+        ], ("resource_type", "resource_name", "name", "log_offset")),
         _table("quota_changes", "Client quota changes.", [
             *_at(), col("entity", pa.string(), "Entity as JSON [[type, name], ...] (name null = default)"),
             col("entity_text", pa.string(), "Entity as text: user=alice,client-id=<default>"),
             col("key", pa.string(), "Quota"), col("change", pa.string(), "set, update, delete, or present_at_start"),
             col("old_value", pa.float64(), "Value before"), col("new_value", pa.float64(), "Value after"),
-        ], ("entity", "key", "offset")),
+        ], ("entity", "key", "log_offset")),
         _table("acl_changes", "ACLs created and deleted.", [
             *_at(), col("acl_id", pa.string(), "ACL id"),
             col("change", pa.string(), "created, deleted, updated, or present_at_start"),
@@ -176,14 +176,15 @@ def event_tables() -> dict[str, TableDef]:
             col("resource_name", pa.string(), "Resource"), col("pattern_type", pa.string(), "LITERAL or PREFIXED"),
             col("principal", pa.string(), "Principal"), col("host", pa.string(), "Host"),
             col("operation", pa.string(), "Operation"), col("permission", pa.string(), "ALLOW or DENY"),
-        ], ("acl_id", "offset")),
+        ], ("acl_id", "log_offset")),
         _table("scram_changes", "SCRAM credentials created, updated (a new salt or password) and deleted.", [
-            *_at(), col("user", pa.string(), "User"), col("mechanism", pa.string(), "SCRAM-SHA-256 or SCRAM-SHA-512"),
+            *_at(), col("user_name", pa.string(), "User"),
+            col("mechanism", pa.string(), "SCRAM-SHA-256 or SCRAM-SHA-512"),
             col("change", pa.string(), "created, updated, deleted, or present_at_start"),
             col("iterations_before", pa.int32(), "Iterations before"),
             col("iterations", pa.int32(), "Iterations after"),
             col("credential_changed", pa.bool_(), "The credential (salt, keys) changed"),
-        ], ("user", "mechanism", "offset")),
+        ], ("user_name", "mechanism", "log_offset")),
         _table("log_health", "The metadata log hour by hour: volume by type, NoOp share, batches, CRC failures, "
                "divergent copies, snapshots written.", [
             col("hour", TS, "Hour (UTC)"),
@@ -200,7 +201,7 @@ def event_tables() -> dict[str, TableDef]:
         ], ("hour",)),
         _table("snapshots", "Snapshot cadence and size, per node.", [
             col("node_id", pa.int32(), "Node"), col("snapshot_id", pa.string(), "<endOffset>-<epoch>"),
-            col("offset", pa.int64(), "Offset the snapshot holds state as of"),
+            col("log_offset", pa.int64(), "Offset the snapshot holds state as of"),
             col("timestamp", TS, "last_contained_log_timestamp"),
             col("bytes", pa.int64(), "File size"), col("records", pa.int64(), "Records"),
             col("deleted", pa.bool_(), "A .checkpoint.deleted file"),

@@ -55,6 +55,11 @@ def seconds_between(start: Column, end: Column) -> Column:
     return (F.unix_micros(end) - F.unix_micros(start)) / 1e6
 
 
+def enum_code(kind: str, name: str) -> int:
+    """The number of Kafka's name ``name`` in enum ``kind`` (``schemas/enums.json``): no magic numbers in rules."""
+    return next(int(k) for k, v in load_schemas().enums[kind].items() if v == name)
+
+
 def enum_name(kind: str, value: Column) -> Column:
     """The name of an enum value (``schemas/enums.json``), else the value as text."""
     names = load_schemas().enums[kind]
@@ -117,17 +122,17 @@ def version_events(inputs: Inputs, kind: str, keys: list[str], names: tuple[str,
                    on_start: dict[str, Column] | None = None, on_update: dict[str, Column] | None = None
                    ) -> DataFrame:
     """Events of the versions of one entity kind: ``present_at_start`` (in the base snapshot), then
-    ``names`` = (created, updated, deleted). Every event has ``offset``, ``timestamp`` and ``change``;
+    ``names`` = (created, updated, deleted). Every event has ``log_offset``, ``timestamp`` and ``change``;
     ``here`` adds columns to the first three, ``gone`` to deletions, ``on_start`` / ``on_update`` override."""
     h = at_start(inputs, with_previous(inputs.history(kind), ["cluster_id", *keys]))
     created, updated, deleted = names
-    at = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"), **(here or {})}
+    at = {"log_offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"), **(here or {})}
     first = F.col("_prev").isNull()
     return explode_events(h, [
         (first & F.col("_at_start"), {**at, **(on_start or {}), "change": F.lit("present_at_start")}),
         (first & ~F.col("_at_start"), {**at, "change": F.lit(created)}),
         (~first, {**at, **(on_update or {}), "change": F.lit(updated)}),
-        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
+        (F.col("ended_by") == "delete", {"log_offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
                                          **(gone or {}), "change": F.lit(deleted)}),
     ])
 
@@ -144,6 +149,7 @@ def explode_events(df: DataFrame, events: list[tuple[Column, dict[str, Column]]]
 
 def leader_elections(inputs: Inputs) -> DataFrame:
     """Every leader change of a partition, classified by what happened to the previous leader."""
+    recovering = enum_code("leaderRecoveryState", "RECOVERING")
     p = with_previous(inputs.history("partitions"), PARTITION)
     changed = p.filter(F.col("_prev").isNotNull() & (F.col("leader") != F.col("_prev.leader")))
     b = inputs.history("brokers").select(
@@ -159,14 +165,15 @@ def leader_elections(inputs: Inputs) -> DataFrame:
     kind = (F.when(F.col("leader") == -1, "offline")
             .when((F.col("_prev.leader") != -1) & ~F.array_contains("replicas", F.col("_prev.leader")), "reassignment")
             .when(~in_isr & F.array_contains(F.col("_prev.elr"), F.col("leader")), "elr")
-            .when(~in_isr | ((F.col("leader_recovery_state") == 1) & (F.col("_prev.leader_recovery_state") != 1)),
+            .when(~in_isr | ((F.col("leader_recovery_state") == recovering)
+                             & (F.col("_prev.leader_recovery_state") != recovering)),
                   "unclean")
             .when(state == "controlled_shutdown", "controlled_shutdown")
             .when(state.isin("fenced", "unregistered", "none"), "failover")
             .when(F.col("leader") == F.get(F.col("replicas"), 0), "preferred")
             .otherwise("failover"))
     return select_table(j.select(
-        "cluster_id", at.alias("offset"), F.col("valid_from").alias("timestamp"), "topic_id", "topic_name",
+        "cluster_id", at.alias("log_offset"), F.col("valid_from").alias("timestamp"), "topic_id", "topic_name",
         "partition_id", kind.alias("kind"), (kind != "unclean").alias("clean"),
         F.col("_prev.leader").alias("previous_leader"), "leader", "leader_epoch",
         state.alias("previous_leader_state"), F.col("_prev.isr").alias("previous_isr"), "isr", "replicas",
@@ -181,7 +188,7 @@ def isr_changes(inputs: Inputs) -> DataFrame:
     changed = p.filter(F.col("_prev").isNotNull() & ((F.size(removed) > 0) | (F.size(added) > 0)))
     kind = (F.when(F.size(added) == 0, "shrink").when(F.size(removed) == 0, "expand").otherwise("shrink_expand"))
     return select_table(changed.select(
-        "cluster_id", F.col("valid_from_offset").alias("offset"), F.col("valid_from").alias("timestamp"),
+        "cluster_id", F.col("valid_from_offset").alias("log_offset"), F.col("valid_from").alias("timestamp"),
         "topic_id", "topic_name", "partition_id", kind.alias("kind"), F.col("_prev.isr").alias("isr_before"),
         F.col("isr").alias("isr_after"), removed.alias("removed"), added.alias("added"), "leader", "replicas"),
         "isr_changes")
@@ -209,6 +216,7 @@ def under_replicated(inputs: Inputs) -> DataFrame:
 def under_min_isr(inputs: Inputs) -> DataFrame:
     """Windows with ISR < min.insync.replicas in force, evaluated at every partition change and every change of
     a min.insync.replicas config that applies to the partition."""
+    topic, broker = enum_code("configResourceType", "TOPIC"), enum_code("configResourceType", "BROKER")
     parts = inputs.history("partitions")
     mir = (inputs.history("configs").filter(F.col("name") == "min.insync.replicas")
            .withColumn("_v", F.col("value").try_cast("int")))
@@ -224,8 +232,8 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
     live = parts.select(F.col("cluster_id").alias("_pc"), "topic_id", "partition_id", "topic_name", "leader",
                         F.col("valid_from_offset").alias("_f"), F.col("valid_to_offset").alias("_t"))
     affected = (bounds.join(live, (F.col("_pc") == F.col("cluster_id")) & valid_at(F.col("at"), "_f", "_t"))
-                .filter(((F.col("resource_type") == 2) & (F.col("resource_name") == F.col("topic_name")))
-                        | ((F.col("resource_type") == 4)
+                .filter(((F.col("resource_type") == topic) & (F.col("resource_name") == F.col("topic_name")))
+                        | ((F.col("resource_type") == broker)
                            & F.col("resource_name").isin(F.lit(""), F.col("leader").cast("string"))))
                 .select(*PARTITION, "at", "at_time"))
     points = points.unionByName(affected).distinct()
@@ -243,8 +251,8 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
         return df.join(c, (F.col(f"_{label}_c") == F.col("cluster_id")) & (F.col(f"_{label}_t") == rtype)
                        & (F.col(f"_{label}_n") == name) & valid_at(F.col("at"), f"_{label}_f", f"_{label}_to"), "left")
 
-    j = config(config(config(j, "topic", 2, F.col("_name")), "broker", 4, F.col("_leader").cast("string")),
-               "cluster", 4, F.lit(""))
+    j = config(config(config(j, "topic", topic, F.col("_name")), "broker", broker, F.col("_leader").cast("string")),
+               "cluster", broker, F.lit(""))  # the cluster default: a BROKER config with an empty name
     j = j.withColumn("_mir", F.coalesce("_topic_v", "_broker_v", "_cluster_v", F.lit(1))).withColumn(
         "_source", F.when(F.col("_topic_v").isNotNull(), "topic").when(F.col("_broker_v").isNotNull(), "broker")
         .when(F.col("_cluster_v").isNotNull(), "cluster_default").otherwise("kafka_default"))
@@ -294,7 +302,7 @@ def broker_lifecycle(inputs: Inputs) -> DataFrame:
     b = at_start(inputs, with_previous(inputs.history("brokers"), keys))
     registered = new_registration()
     same = ~registered
-    here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"), "fenced": F.col("fenced")}
+    here = {"log_offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"), "fenced": F.col("fenced")}
     events = explode_events(b, [
         (registered & F.col("_at_start"), {**here, "event": F.lit("present_at_start")}),
         (registered & ~F.col("_at_start"), {**here, "event": F.lit("register")}),
@@ -302,7 +310,7 @@ def broker_lifecycle(inputs: Inputs) -> DataFrame:
         (same & ~F.col("fenced") & F.col("_prev.fenced"), {**here, "event": F.lit("unfence")}),
         (same & F.col("in_controlled_shutdown") & ~F.col("_prev.in_controlled_shutdown"),
          {**here, "event": F.lit("controlled_shutdown")}),
-        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
+        (F.col("ended_by") == "delete", {"log_offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
                                          "fenced": F.lit(None).cast("boolean"), "event": F.lit("unregister")}),
     ])
     return select_table(events, "broker_lifecycle")
@@ -355,16 +363,16 @@ def voter_changes(inputs: Inputs) -> DataFrame:
         "endpoints", endpoints)
     sets = inputs.history("voters").select(F.col("cluster_id").alias("_c"), F.col("voter_id").alias("_v"),
                      F.col("valid_from_offset").alias("_f"), F.col("valid_to_offset").alias("_t"))
-    points = events.select("cluster_id", "offset").distinct()
-    after = (points.join(sets, (F.col("_c") == F.col("cluster_id")) & valid_at(F.col("offset"), "_f", "_t"), "left")
-             .groupBy("cluster_id", "offset").agg(F.array_sort(F.collect_set("_v")).alias("voters_after")))
-    return select_table(events.join(after, ["cluster_id", "offset"], "left"), "voter_changes")
+    points = events.select("cluster_id", "log_offset").distinct()
+    after = (points.join(sets, (F.col("_c") == F.col("cluster_id")) & valid_at(F.col("log_offset"), "_f", "_t"), "left")
+             .groupBy("cluster_id", "log_offset").agg(F.array_sort(F.collect_set("_v")).alias("voters_after")))
+    return select_table(events.join(after, ["cluster_id", "log_offset"], "left"), "voter_changes")
 
 
 def feature_changes(inputs: Inputs) -> DataFrame:
     """Features finalized, upgraded, downgraded or removed."""
     f = at_start(inputs, with_previous(inputs.history("features"), ["cluster_id", "name"]))
-    here = {"offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"),
+    here = {"log_offset": F.col("valid_from_offset"), "timestamp": F.col("valid_from"),
             "from_level": F.col("_prev.level"), "to_level": F.col("level"),
             "from_version": F.col("_prev.version_name"), "to_version": F.col("version_name")}
     first = F.col("_prev").isNull()
@@ -373,7 +381,7 @@ def feature_changes(inputs: Inputs) -> DataFrame:
         (first & ~F.col("_at_start"), {**here, "change": F.lit("finalized")}),
         (~first & (F.col("level") > F.col("_prev.level")), {**here, "change": F.lit("upgrade")}),
         (~first & (F.col("level") < F.col("_prev.level")), {**here, "change": F.lit("downgrade")}),
-        (F.col("ended_by") == "delete", {"offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
+        (F.col("ended_by") == "delete", {"log_offset": F.col("valid_to_offset"), "timestamp": F.col("valid_to"),
                                          "from_level": F.col("level"), "from_version": F.col("version_name"),
                                          "change": F.lit("removed")}),
     ]).withColumn("feature", F.col("name"))
@@ -384,7 +392,7 @@ def zk_migration(inputs: Inputs) -> DataFrame:
     """Changes of the ZooKeeper migration state (KIP-866)."""
     z = with_previous(inputs.history("zk_migration_state"), ["cluster_id"])
     z = z.filter(F.col("_prev").isNull() | (F.col("_prev.state") != F.col("state")))
-    return select_table(z.select("cluster_id", F.col("valid_from_offset").alias("offset"),
+    return select_table(z.select("cluster_id", F.col("valid_from_offset").alias("log_offset"),
                                  F.col("valid_from").alias("timestamp"), F.col("_prev.state_name").alias("from_state"),
                                  F.col("state_name").alias("to_state")), "zk_migration")
 
@@ -417,18 +425,18 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
     g = groups.join(created_batch.select("cluster_id", "topic_id", "_cbatch", "topic_name"),
                     ["cluster_id", "topic_id"], "left")
     added = g.filter(F.col("_batch") != F.col("_cbatch")).select(
-        "cluster_id", F.col("_o").alias("offset"), F.col("_ot").alias("timestamp"), "topic_id", "topic_name",
+        "cluster_id", F.col("_o").alias("log_offset"), F.col("_ot").alias("timestamp"), "topic_id", "topic_name",
         F.lit("partitions_added").alias("event"), "partitions_before", "partitions_after")
     initial = g.filter(F.col("_batch") == F.col("_cbatch")).select(
         "cluster_id", "topic_id", F.col("partitions_after").alias("_initial"))
     created = first.join(initial, ["cluster_id", "topic_id"], "left").select(
-        "cluster_id", F.col("_created").alias("offset"), F.col("_created_time").alias("timestamp"), "topic_id",
+        "cluster_id", F.col("_created").alias("log_offset"), F.col("_created_time").alias("timestamp"), "topic_id",
         "topic_name", F.when(F.col("_at_start"), "present_at_start").otherwise("create").alias("event"),
         F.lit(0).alias("partitions_before"), F.coalesce("_initial", F.lit(0)).alias("partitions_after"),
         (F.col("previous_topic_id").isNotNull() & ~F.col("_at_start")).alias("name_reused"), "previous_topic_id")
     counts = groups.groupBy("cluster_id", "topic_id").agg(F.max("partitions_after").alias("_count"))
     deleted = (topics.filter(F.col("ended_by") == "delete").join(counts, ["cluster_id", "topic_id"], "left")
-               .select("cluster_id", F.col("valid_to_offset").alias("offset"), F.col("valid_to").alias("timestamp"),
+               .select("cluster_id", F.col("valid_to_offset").alias("log_offset"), F.col("valid_to").alias("timestamp"),
                        "topic_id", F.col("name").alias("topic_name"), F.lit("delete").alias("event"),
                        F.col("_count").alias("partitions_before"), F.lit(0).alias("partitions_after")))
     out = created.unionByName(added, allowMissingColumns=True).unionByName(deleted, allowMissingColumns=True)
@@ -479,7 +487,7 @@ def scram_changes(inputs: Inputs) -> DataFrame:
         gone={"iterations_before": F.col("iterations"), "iterations": F.lit(None).cast("int")},
         on_start={"credential_changed": F.lit(False)},
         on_update={"credential_changed": F.col("credential_hash") != F.col("_prev.credential_hash")})
-    events = events.withColumn("user", F.col("name")).withColumn("mechanism",
+    events = events.withColumn("user_name", F.col("name")).withColumn("mechanism",
                                                                  enum_name("scramMechanism", F.col("mechanism")))
     return select_table(events, "scram_changes")
 
@@ -527,15 +535,15 @@ def _snapshot_files(inputs: Inputs) -> DataFrame:
     return (latest.join(headers, ["cluster_id", "snapshot_id"], "left")
             .select("cluster_id", "node_id", "snapshot_id", F.col("size").alias("bytes"), "records",
                     F.col("deleted_snapshot").alias("deleted"),
-                    (F.split("snapshot_id", "-").getItem(0).try_cast("long") - 1).alias("offset"),
+                    (F.split("snapshot_id", "-").getItem(0).try_cast("long") - 1).alias("log_offset"),
                     F.timestamp_millis("_ms").alias("timestamp")))
 
 
 def snapshots(inputs: Inputs) -> DataFrame:
     """Every snapshot file with its offset, time, size and the distance from the node's previous one."""
-    s = _snapshot_files(inputs).filter(F.col("offset").isNotNull())
-    w = Window.partitionBy("cluster_id", "node_id").orderBy("offset", "snapshot_id")
-    s = (s.withColumn("offsets_since_previous", F.col("offset") - F.lag("offset").over(w))
+    s = _snapshot_files(inputs).filter(F.col("log_offset").isNotNull())
+    w = Window.partitionBy("cluster_id", "node_id").orderBy("log_offset", "snapshot_id")
+    s = (s.withColumn("offsets_since_previous", F.col("log_offset") - F.lag("log_offset").over(w))
          .withColumn("seconds_since_previous", seconds_between(F.lag("timestamp").over(w), F.col("timestamp"))))
     return select_table(s, "snapshots")
 

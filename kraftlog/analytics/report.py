@@ -268,8 +268,8 @@ def report_html(report: Report) -> str:
     kinds = e["kind"].value_counts() if not e.empty else pd.Series(dtype=int)
     w(_png(_bars(kinds, "elections"), 2.4))
     w("<h3>Unclean and offline</h3>" + _table(e[e["kind"].isin(["unclean", "offline"])] if not e.empty else e, [
-        "timestamp", "offset", "topic_name", "partition_id", "kind", "previous_leader", "leader", "previous_isr",
-        "isr", "leader_epoch", "leader_recovery_state"], ["offset"]))
+        "timestamp", "log_offset", "topic_name", "partition_id", "kind", "previous_leader", "leader", "previous_isr",
+        "isr", "leader_epoch", "leader_recovery_state"], ["log_offset"]))
     w("<h3>By topic and kind</h3>")
     w(_table(e.groupby(["topic_name", "kind"]).size().unstack(fill_value=0).rename_axis(columns=None).reset_index()
              if not e.empty else e,
@@ -293,40 +293,40 @@ def report_html(report: Report) -> str:
     w(_table(periods, ["broker_id", "reason", "from_time", "to_time", "seconds", "open", "fences_last_hour",
                        "flapping"], ["broker_id", "from_offset"]))
     w("<h3>Lifecycle</h3>" + _table(f["broker_lifecycle"], [
-        "timestamp", "offset", "broker_id", "event", "broker_epoch", "incarnation_id", "fenced"], ["offset"]))
+        "timestamp", "log_offset", "broker_id", "event", "broker_epoch", "incarnation_id", "fenced"], ["log_offset"]))
 
     w("<h2 id='controllers'>Controllers and quorum</h2><h3>Leadership by epoch</h3>")
     w(_table(f["controller_leadership"], ["epoch", "leader_id", "from_time", "to_time", "from_offset", "to_offset",
                                           "records", "voters", "granting_voters", "failover_seconds"], ["epoch"]))
     w("<h3>Voter changes (KIP-853)</h3>" + _table(f["voter_changes"], [
-        "timestamp", "offset", "voter_id", "change", "directory_id", "endpoints", "voters_after"], ["offset"]))
+        "timestamp", "log_offset", "voter_id", "change", "directory_id", "endpoints", "voters_after"], ["log_offset"]))
     w("<h3>Feature changes</h3>" + _table(f["feature_changes"], [
-        "timestamp", "offset", "feature", "change", "from_version", "to_version", "from_level", "to_level"],
-        ["offset"]))
+        "timestamp", "log_offset", "feature", "change", "from_version", "to_version", "from_level", "to_level"],
+        ["log_offset"]))
     w("<h3>ZooKeeper migration (KIP-866)</h3>" + _table(f["zk_migration"], [
-        "timestamp", "offset", "from_state", "to_state"], ["offset"]))
+        "timestamp", "log_offset", "from_state", "to_state"], ["log_offset"]))
 
     w("<h2 id='reassignments'>Reassignments</h2>" + _table(f["reassignments"], [
         "topic_name", "partition_id", "status", "from_time", "to_time", "seconds", "original_replicas",
         "target_replicas", "final_replicas"], ["from_offset"]))
 
     w("<h2 id='topics'>Topics</h2>" + _table(f["topic_lifecycle"], [
-        "timestamp", "offset", "topic_name", "topic_id", "event", "partitions_before", "partitions_after",
-        "name_reused", "previous_topic_id"], ["offset"]))
+        "timestamp", "log_offset", "topic_name", "topic_id", "event", "partitions_before", "partitions_after",
+        "name_reused", "previous_topic_id"], ["log_offset"]))
 
     w("<h2 id='audit'>Configuration audit</h2><p class='meta'>Sensitive values are redacted in the tables. "
       "Values present when the histories begin are not listed.</p>")
     w("<h3>Configs</h3>" + _table(_changes(f["config_changes"]), [
-        "timestamp", "offset", "resource_type", "resource_name", "name", "change", "old_value", "new_value"],
-        ["offset"]))
+        "timestamp", "log_offset", "resource_type", "resource_name", "name", "change", "old_value", "new_value"],
+        ["log_offset"]))
     w("<h3>Client quotas</h3>" + _table(_changes(f["quota_changes"]), [
-        "timestamp", "offset", "entity_text", "key", "change", "old_value", "new_value"], ["offset"]))
+        "timestamp", "log_offset", "entity_text", "key", "change", "old_value", "new_value"], ["log_offset"]))
     w("<h3>ACLs</h3>" + _table(_changes(f["acl_changes"]), [
-        "timestamp", "offset", "change", "principal", "host", "operation", "permission", "resource_type",
-        "resource_name", "pattern_type"], ["offset"]))
+        "timestamp", "log_offset", "change", "principal", "host", "operation", "permission", "resource_type",
+        "resource_name", "pattern_type"], ["log_offset"]))
     w("<h3>SCRAM credentials</h3>" + _table(_changes(f["scram_changes"]), [
-        "timestamp", "offset", "user", "mechanism", "change", "iterations_before", "iterations",
-        "credential_changed"], ["offset"]))
+        "timestamp", "log_offset", "user_name", "mechanism", "change", "iterations_before", "iterations",
+        "credential_changed"], ["log_offset"]))
 
     w("<h2 id='health'>Log health</h2>")
     if not health.empty:

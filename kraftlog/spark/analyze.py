@@ -61,6 +61,10 @@ def analyze(spark: SparkSession, config: Config, store: TableStore | None = None
 def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: list[str] | None) -> AnalyzeResult:
     t0 = time.time()
     tables = event_tables()
+    remade = [t.name for t in tables.values() if store.ensure(t)]
+    if remade and clusters is not None:
+        log.warning("%s created anew: every cluster is analysed, not only %s", ", ".join(remade), ", ".join(clusters))
+        clusters = None
     frames = [(tables[name], df) for name, df in event_frames(inputs(store, clusters)).items()]
     rows = store.replace(frames, build_id, cluster_predicate(clusters))
     for name, n in rows.items():

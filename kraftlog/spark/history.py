@@ -118,8 +118,15 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
                  ) -> ReconstructResult:
     t0 = time.time()
     state_table = replay_state_table()
-    for t in [*output_tables(), state_table]:
-        store.ensure(t)
+    remade = [t.name for t in output_tables() if store.ensure(t)]
+    if remade and not store.ensure(state_table):  # histories of another layout: nothing to go on from
+        store.drop(state_table)
+        store.ensure(state_table)
+    else:
+        store.ensure(state_table)
+    if remade and clusters is not None:
+        log.warning("%s created anew: every cluster is rebuilt, not only %s", ", ".join(remade), ", ".join(clusters))
+        clusters = None
     source = landed(store)
     plan = plan_build(spark, store, source, cluster_bases(source, clusters), clusters, full)
     log.info("reconstruct: %d cluster(s) go on from their last build, %d replayed from their base, %d unchanged, "

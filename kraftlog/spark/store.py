@@ -367,8 +367,27 @@ class TableStore(ABC):
         return {t.name: sum(f.num_records for f in files if f.table == t.name) for t in tables}
 
     @abstractmethod
-    def ensure(self, table: TableDef) -> None:
-        """Create ``table`` if it does not exist (and check its schema version if it does)."""
+    def ensure(self, table: TableDef) -> bool:
+        """Create ``table`` if it does not exist; check its layout if it does (``_layout_checked``).
+        True when the table was (re)created empty."""
+
+    def _layout_checked(self, table: TableDef, properties: dict[str, str], columns: list[str]) -> bool:
+        """Whether an existing ``table`` must be created anew: a derived table of another layout is dropped
+        (its build rebuilds it); a landed one of another layout is an ``OutdatedTable`` error, never mixed."""
+        problem = table.layout_problem(properties, columns)
+        if problem is None:
+            return False
+        if not table.derived:
+            raise OutdatedTable(f"{self.warehouse}: {problem}; landed tables are not rewritten in place: ingest "
+                                "into a new warehouse (kraftlog ingest PATH... --warehouse NEW)")
+        log.warning("%s: dropped, the build rebuilds it from the landed tables", problem)
+        self.drop(table)
+        return True
+
+    def drop(self, table: TableDef) -> None:
+        """Remove a derived ``table`` (its files and log); ``ensure`` creates it anew."""
+        assert table.derived, f"{table.name} holds landed rows: never dropped"
+        self.fs.delete_dir(self.base.rstrip("/") + "/" + table.name)
 
     @abstractmethod
     def read(self, table: TableDef) -> DataFrame:
@@ -457,16 +476,20 @@ class DeltaRsStore(TableStore):
 
         return DeltaTable(self._uri(table), storage_options=self.storage.delta_options())
 
-    def ensure(self, table: TableDef) -> None:
+    def ensure(self, table: TableDef) -> bool:
         from deltalake import DeltaTable
 
         if DeltaTable.is_deltatable(self._uri(table), storage_options=self.storage.delta_options()):
-            return
+            dt = self.table(table)
+            if not self._layout_checked(table, dict(dt.metadata().configuration),
+                                        [f.name for f in dt.schema().fields]):
+                return False
         DeltaTable.create(self._uri(table), schema=table.schema, mode="ignore",
                           storage_options=self.storage.delta_options(),
                           partition_by=list(table.partition_by) or None, name=table.name,
                           description=table.description, configuration=table.table_properties(),
                           raise_if_key_not_exists=False)
+        return True
 
     def read(self, table: TableDef) -> DataFrame:
 
@@ -530,7 +553,12 @@ class DeltaSparkStore(TableStore):
     def stage_root(self, table: TableDef, run_id: str) -> tuple[str, str]:
         return self.warehouse.rstrip("/") + f"/_kraftlog/staging/{run_id}/{table.name}", ""
 
-    def ensure(self, table: TableDef) -> None:
+    def ensure(self, table: TableDef) -> bool:
+        if self.storage.exists(join(self.path(table), "_delta_log")):
+            found = {r["key"]: r["value"] for r in self.spark.sql(
+                f"SHOW TBLPROPERTIES delta.`{self.path(table)}`").collect()}
+            if not self._layout_checked(table, found, self.read(table).columns):
+                return False
         cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" + (" NOT NULL" if not f.nullable else "")
                          + (f" COMMENT '{_sql_str(f.metadata['comment'])}'" if f.metadata.get("comment") else "")
                          for f in spark_schema(table).fields)
@@ -538,6 +566,7 @@ class DeltaSparkStore(TableStore):
         parts = f" PARTITIONED BY ({', '.join(table.partition_by)})" if table.partition_by else ""
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{self.path(table)}` ({cols}) USING DELTA{parts} "
                        f"COMMENT '{_sql_str(table.description)}' TBLPROPERTIES ({props})")
+        return True
 
     def read(self, table: TableDef) -> DataFrame:
         return self.spark.read.format("delta").load(self.path(table))
@@ -648,6 +677,10 @@ def store_for(spark: SparkSession, config: Config) -> TableStore:
 def new_run_id() -> str:
     """A run's id: its UTC start time and a random suffix."""
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+class OutdatedTable(KraftlogError):
+    """A landed table written by a kraftlog with another layout (rows of two layouts are never mixed)."""
 
 
 class NotAWarehouseError(KraftlogError):

@@ -9,6 +9,7 @@ columns holding the union of the fields of every version (a field absent at a ro
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -59,11 +60,37 @@ class TableDef:
     def columns(self) -> list[str]:
         return self.schema.names
 
+    @property
+    def derived(self) -> bool:
+        """Rebuilt from the landed tables (histories, replay state, events), so a table of another layout can be
+        replaced rather than migrated."""
+        return self.kind in ("history", "event")
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of the column names and types (the table property ``kraftlog.schema``): a table written by a
+        kraftlog with another layout has another one."""
+        text = ";".join(f"{f.name}:{f.type}" for f in self.schema)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     def table_properties(self) -> dict[str, str]:
         """Delta table properties (``kraftlog.*`` keys describe the table)."""
-        props = {"kraftlog.table": self.name, "kraftlog.key": ",".join(self.key), "kraftlog.kind": self.kind}
+        props = {"kraftlog.table": self.name, "kraftlog.key": ",".join(self.key), "kraftlog.kind": self.kind,
+                 "kraftlog.schema": self.fingerprint}
         props.update(self.properties)
         return props
+
+    def layout_problem(self, properties: dict[str, str], columns: list[str]) -> str | None:
+        """Why an existing table (its ``properties`` and ``columns``) is not of this layout, else None. A table
+        from before fingerprints counts as this layout when its columns are these."""
+        found = properties.get("kraftlog.schema")
+        if found == self.fingerprint or (found is None and columns == self.columns):
+            return None
+        gone = [c for c in columns if c not in self.columns]
+        new = [c for c in self.columns if c not in columns]
+        change = (f"columns {', '.join(gone)} became {', '.join(new)}" if gone or new
+                  else "column types or order changed")
+        return f"table {self.name} was written by a kraftlog with another layout ({change})"
 
 
 # -- shared column groups -----------------------------------------------------------------------

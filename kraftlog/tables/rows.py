@@ -369,7 +369,7 @@ class FileLander:
 
 def _metadata_level(d: Decoded, control: bool) -> int | None:
     """The feature level of a FeatureLevelRecord for metadata.version, else None."""
-    if d.api_key == 12 and not control and d.data and d.data.get("name") == "metadata.version":
+    if d.type == "FEATURE_LEVEL_RECORD" and not control and d.data and d.data.get("name") == "metadata.version":
         return d.data["feature_level"]
     return None
 

@@ -1,0 +1,81 @@
+"""Tables that SQL engines read as they are: no column is a reserved word, a table of another layout is never
+mixed with this one's (derived tables are rebuilt, landed ones refused)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from conftest import SAMPLE
+
+from kraftlog.analytics.definitions import event_tables
+from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
+from kraftlog.tables.definitions import TableDef, catalog
+
+# Trino's reserved keywords (trino.io/docs/current/language/reserved.html) and Spark SQL's reserved keywords in
+# ANSI mode (spark.apache.org/docs/latest/sql-ref-ansi-compliance.html), as far as they could be column names
+TRINO = {"alter", "and", "as", "between", "by", "case", "cast", "constraint", "create", "cross", "cube",
+         "current_catalog", "current_date", "current_path", "current_role", "current_schema", "current_time",
+         "current_timestamp", "current_user", "deallocate", "delete", "describe", "distinct", "drop", "else", "end",
+         "escape", "except", "execute", "exists", "extract", "false", "for", "from", "full", "group", "grouping",
+         "having", "in", "inner", "insert", "intersect", "into", "is", "join", "json_array", "json_exists",
+         "json_object", "json_query", "json_table", "json_value", "left", "like", "listagg", "localtime",
+         "localtimestamp", "natural", "normalize", "not", "null", "on", "or", "order", "outer", "prepare",
+         "recursive", "right", "rollup", "select", "skip", "table", "then", "trim", "true", "uescape", "union",
+         "unnest", "using", "values", "when", "where", "with"}
+SPARK_ANSI = {"all", "and", "any", "as", "authorization", "both", "case", "cast", "check", "collate", "column",
+              "constraint", "create", "cross", "current_date", "current_time", "current_timestamp", "current_user",
+              "distinct", "else", "end", "escape", "except", "false", "fetch", "for", "foreign", "from", "full",
+              "grant", "group", "having", "in", "inner", "intersect", "into", "is", "join", "lateral", "leading",
+              "left", "natural", "not", "null", "offset", "on", "only", "or", "order", "outer", "overlaps",
+              "primary", "references", "right", "select", "session_user", "some", "table", "then", "time", "to",
+              "trailing", "union", "unique", "unknown", "user", "using", "when", "where", "with"}
+
+
+def _every_table() -> list[TableDef]:
+    return [*catalog().all(), *history_tables().values(), replay_ranges_table(), replay_state_table(),
+            *event_tables().values()]
+
+
+def test_no_column_of_any_table_is_a_reserved_word() -> None:
+    duckdb = pytest.importorskip("duckdb")
+    reserved = {r[0] for r in duckdb.sql(
+        "SELECT keyword_name FROM duckdb_keywords() WHERE keyword_category = 'reserved'").fetchall()}
+    assert "offset" in reserved and len(reserved) > 50
+    clashes = {(t.name, c) for t in _every_table() for c in t.columns
+               if c.lower() in reserved | TRINO | SPARK_ANSI}
+    assert clashes == set()
+    for t in event_tables().values():  # and DuckDB reads each event table's columns unquoted
+        empty = pa.Table.from_batches([], t.schema)  # noqa: F841 (DuckDB finds it by name)
+        duckdb.sql(f"SELECT {', '.join(t.columns)} FROM empty ORDER BY {t.key[-1]}").fetchall()
+
+
+def test_an_event_table_of_an_older_layout_is_rebuilt_and_a_landed_one_refused(
+        spark: Any, sample_events: Any, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from deltalake import DeltaTable, write_deltalake
+
+    from kraftlog.cli import main
+
+    built, _ = sample_events
+    wh = tmp_path / "wh"
+    shutil.copytree(built, wh)
+    want = DeltaTable(str(wh / "leader_elections")).to_pyarrow_table()
+    old = want.rename_columns(["offset" if c == "log_offset" else c for c in want.column_names])
+    shutil.rmtree(wh / "leader_elections")
+    write_deltalake(str(wh / "leader_elections"), old)  # as kraftlog wrote it before log_offset
+    out = CliRunner().invoke(main, ["analyze", "--warehouse", str(wh), "--cluster", "T4vFxmI9RFCnFwCmltnwag"])
+    assert out.exit_code == 0, out.output
+    again = DeltaTable(str(wh / "leader_elections"))
+    assert again.metadata().configuration["kraftlog.schema"] == event_tables()["leader_elections"].fingerprint
+    assert again.to_pyarrow_table().sort_by("log_offset").equals(want.sort_by("log_offset"))
+
+    files = DeltaTable(str(wh / "files")).to_pyarrow_table()
+    shutil.rmtree(wh / "files")
+    write_deltalake(str(wh / "files"), files.drop_columns(["errors"]))  # a landed table of another layout
+    out = CliRunner().invoke(main, ["ingest", str(SAMPLE), "--warehouse", str(wh)])
+    assert out.exit_code == 1 and "table files was written by a kraftlog with another layout" in out.output
+    assert "ingest into a new warehouse" in out.output and "Traceback" not in out.output
