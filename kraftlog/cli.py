@@ -328,15 +328,21 @@ def verify(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None
 @main.command()
 @_sources
 @click.option("--at", "point", help=f"Where in the log: {_POINT}. Default: the end.")
-@click.option("--path", "node", default="/image", show_default=True, help="Subtree to print.")
+@click.option("--path", "node", help="Print this subtree and exit (for scripts); without it, an interactive prompt.")
 @click.option("--no-redact", is_flag=True, help="Show config secrets, as kafka-metadata-shell does (data directories "
               "only).")
 def shell(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, cluster: str | None,
-          point: str | None, node: str, no_redact: bool) -> None:
-    """kafka-metadata-shell's tree of the image, at any offset or time (not only at a snapshot)."""
-    from kraftlog.state.shell import image_tree, tree_text
+          point: str | None, node: str | None, no_redact: bool) -> None:
+    """kafka-metadata-shell over the image at any offset or time (not only at a snapshot).
+
+    Without --path: a prompt with ls, cd, pwd, cat, find, tree and `at <point>` to move in time.
+    """
+    from kraftlog.state.shell import MetadataShell, image_tree, tree_text
 
     src = _States(paths, warehouse, conf_file, cluster, not no_redact)
+    if node is None:
+        MetadataShell(src.at, point).cmdloop()
+        return
     tree: object = {"image": image_tree(src.at(point))}
     for part in [p for p in node.split("/") if p]:
         if not isinstance(tree, dict) or part not in tree:

@@ -136,8 +136,20 @@ def test_spark_connect_runs_every_job(tmp_path: Path, connect: str, sample_event
     sql = ("from kraftlog.config import Config; from kraftlog.spark.session import build_session; "
            "from kraftlog.spark.decode import register_functions; s = build_session(Config.load()); "
            "register_functions(s); print('TYPE', s.sql(\"SELECT kraft_decode(unhex("
-           "'0102000174000000000000000000000000000000010000')).type AS t\").first().t)")
-    assert "TYPE TOPIC_RECORD" in _run([py, "-c", sql], env, tmp_path)
+           "'0102000174000000000000000000000000000000010000')).type AS t\").first().t); "
+           f"print('TABLE', s.sql(\"SELECT record_type FROM kraft_records(unhex('{_first_batch().hex()}'))\")"
+           ".first().record_type)")
+    out = _run([py, "-c", sql], env, tmp_path)
+    assert "TYPE TOPIC_RECORD" in out and "TABLE LeaderChange" in out  # the UDTF runs on the server too
+
+
+def _first_batch() -> bytes:
+    """The first batch of the sample's node-2 log (its LeaderChange)."""
+    from kraftlog.wire.batches import Batch, iter_batches
+
+    data = (SAMPLE / "node-2" / "__cluster_metadata-0" / "00000000000000000000.log").read_bytes()
+    first = next(b for b in iter_batches(data, parse_records=False) if isinstance(b, Batch))
+    return data[first.position:first.position + first.size]
 
 
 def test_the_wheel_carries_the_schemas_and_loads_them_as_a_zip(packed_env: Path, tmp_path: Path) -> None:

@@ -188,6 +188,31 @@ def test_delta_spark_reads_and_writes_where_its_jar_is_on_the_classpath(spark: A
     assert spark.read.format("delta").load(str(tmp_path / "records")).count() == result.rows_added
 
 
+def test_kraft_records_and_kraft_typed_explode_files_in_sql_as_the_ingest_lands_them(spark: Any,
+                                                                                     tmp_path: Path) -> None:
+    from kraftlog.spark.decode import RECORD_COLUMNS, register_functions
+
+    register_functions(spark)
+    node = SAMPLE / "node-2"  # one node: every record of every file lands
+    wh = tmp_path / "wh"
+    _run(spark, [node], wh)
+    # Spark's file listing skips names starting with "_": name the metadata folder itself
+    files = (spark.read.format("binaryFile").option("pathGlobFilter", "{*.log,*.checkpoint}")
+             .load([str(node / "__cluster_metadata-0"), str(node / "bootstrap.checkpoint")]))
+    files.createOrReplaceTempView("kraft_files")
+    keys = list(RECORD_COLUMNS)
+    exploded = spark.sql("SELECT r.* FROM kraft_files, LATERAL kraft_records(content, path) r").select(*keys)
+    landed = open_store(spark, str(wh)).read(catalog()["records"]).select(*keys)
+    assert exploded.count() == landed.count() > 1000
+    assert exploded.exceptAll(landed).count() == 0 and landed.exceptAll(exploded).count() == 0
+    changes = spark.sql("SELECT t.log_offset, t.partition_id, t.leader FROM kraft_files, "
+                        "LATERAL kraft_typed(content, 'partition_change_record', path) t")
+    want = _table(wh, "partition_change_record").select(["log_offset", "partition_id", "leader"]).to_pylist()
+    assert sorted(tuple(r) for r in changes.collect()) == sorted(tuple(r.values()) for r in want) and want
+    with pytest.raises(Exception, match="typed table"):
+        spark.sql("SELECT * FROM kraft_files, LATERAL kraft_typed(content, 'nope', path) t").collect()
+
+
 def test_kraft_decode_sql_function(spark: Any) -> None:
     from kraftlog.spark.decode import register_functions
 

@@ -13,7 +13,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from kraftlog.spark.inputs import FileGroups, FileSpec, by_cluster
+from kraftlog.spark.store import spark_schema
 from kraftlog.storage import Storage
+from kraftlog.tables.definitions import catalog
 from kraftlog.tables.rows import SUMMARY, FileIdentity, FileLander, FileRef, KeepSpec, summarize
 
 
@@ -200,16 +202,88 @@ def _decode_value(value: bytes | None, key: bytes | None = None, control: bool =
             "data_json": record_json(d, default_redactor())}
 
 
-def register_functions(spark: SparkSession) -> None:
-    """Register ``kraft_decode(value BINARY)`` and ``kraft_decode_control(key BINARY, value BINARY)``.
+# what ``kraft_records`` returns of the ``records`` columns: what a record is, not where it was landed from
+RECORD_COLUMNS = ("source", "snapshot_id", "log_offset", "snapshot_seq", "batch_epoch", "timestamp", "is_control",
+                  "api_key", "record_type", "record_version", "status", "error", "data_json")
 
-    Both return ``STRUCT<api_key, type, version, status, error, data_json>``; ``data_json`` is the record
-    as kafka-dump-log prints it, with secrets redacted. Example::
+
+def landed_rows(content: bytes, path: str | None = None) -> dict[str, pa.Table]:
+    """The rows the ingest lands from one file's bytes (``records`` and the typed tables), built by the ingest's
+    own ``FileLander``; ``path`` (or a Kafka file name) tells a snapshot from a segment and pins the batches."""
+    ref = FileRef(path or "", content, 0, FileIdentity("", None, ""))
+    tables: dict[str, list[pa.Table]] = {}
+    for chunk in FileLander("sql").land([(ref, KeepSpec())]):
+        for name, t in chunk.items():
+            tables.setdefault(name, []).append(t)
+    return {name: pa.concat_tables(ts) for name, ts in tables.items()}
+
+
+def _records_udtf() -> Any:
+    from pyspark.sql.functions import udtf
+
+    schema = T.StructType([f for f in spark_schema(catalog().core["records"]).fields if f.name in RECORD_COLUMNS])
+    names = schema.fieldNames()  # in the table's order
+
+    class KraftRecords:
+        """``kraft_records(content BINARY [, path STRING])``: one row per record of a segment's, snapshot's or
+        batch's bytes, with the ``records`` columns the ingest writes for it."""
+
+        def eval(self, content: bytes | None, path: str | None = None) -> Iterator[tuple[Any, ...]]:
+            if content is None:
+                return
+            records = landed_rows(bytes(content), path).get("records")
+            if records is not None:
+                yield from zip(*(records.column(c).to_pylist() for c in names), strict=True)
+
+    return udtf(KraftRecords, returnType=schema, useArrow=True)
+
+
+def _typed_udtf() -> Any:
+    from pyspark.sql.functions import udtf
+    from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult
+
+    class KraftTyped:
+        """``kraft_typed(content BINARY, table STRING [, path STRING])``: the rows of one typed table (e.g.
+        ``'partition_change_record'``) that a file's bytes land, with that table's columns."""
+
+        @staticmethod
+        def analyze(content: AnalyzeArgument, table: AnalyzeArgument, path: AnalyzeArgument | None = None
+                    ) -> AnalyzeResult:
+            name = table.value
+            if not table.isConstantExpression or name not in catalog().typed:
+                raise ValueError(f"kraft_typed: the table must be a constant naming a typed table, not {name!r}")
+            return AnalyzeResult(spark_schema(catalog().typed[name]))
+
+        def eval(self, content: bytes | None, table: str, path: str | None = None) -> Iterator[tuple[Any, ...]]:
+            if content is None:
+                return
+            rows = landed_rows(bytes(content), path).get(table)
+            if rows is not None:
+                yield from zip(*(c.to_pylist() for c in rows.columns), strict=True)
+
+    return udtf(KraftTyped, useArrow=True)
+
+
+def register_functions(spark: SparkSession) -> None:
+    """Register kraftlog's SQL functions (Spark Connect too):
+
+    * ``kraft_decode(value BINARY)``, ``kraft_decode_control(key BINARY, value BINARY)``:
+      ``STRUCT<api_key, type, version, status, error, data_json>``; ``data_json`` is the record as
+      kafka-dump-log prints it, with secrets redacted;
+    * ``kraft_records(content BINARY [, path STRING])``: a table function, one row per record of a file's
+      bytes, with the ``records`` columns (``RECORD_COLUMNS``) the ingest writes for it;
+    * ``kraft_typed(content BINARY, table STRING [, path STRING])``: the rows of one typed table.
+
+    Examples::
 
         SELECT kraft_decode(unhex('0102000174000000000000000000000000000000010000')).type  -- TOPIC_RECORD
+        SELECT r.* FROM binary_files, LATERAL kraft_records(content, path) r
+        SELECT t.* FROM binary_files, LATERAL kraft_typed(content, 'partition_change_record', path) t
     """
     from pyspark.sql.functions import udf
 
     spark.udf.register("kraft_decode", udf(lambda v: _decode_value(v), DECODE_RESULT, useArrow=True))
     spark.udf.register("kraft_decode_control",
                        udf(lambda k, v: _decode_value(v, k, control=True), DECODE_RESULT, useArrow=True))
+    spark.udtf.register("kraft_records", _records_udtf())
+    spark.udtf.register("kraft_typed", _typed_udtf())

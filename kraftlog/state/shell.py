@@ -8,8 +8,11 @@ The node names and leaf texts follow Kafka's ``metadata/.../image/node`` classes
 
 from __future__ import annotations
 
+import cmd
+from collections.abc import Callable
 from typing import Any
 
+from kraftlog.errors import KraftlogError
 from kraftlog.schema.registry import load_schemas
 from kraftlog.state.replay import Image
 
@@ -151,3 +154,148 @@ def tree_text(tree: Tree | str, indent: int = 0) -> str:
         out.append("  " * indent + f"{name}:\n")
         out.append(tree_text(tree[name], indent + 1))
     return "".join(out)
+
+
+# -- the interactive shell ------------------------------------------------------------------------------------
+
+class MetadataShell(cmd.Cmd):
+    """``kafka-metadata-shell``'s prompt over kraftlog's image at any point: ``ls``, ``cd``, ``pwd``, ``cat``,
+    ``find``, ``tree``, and ``at <point>`` to move in time. ``image_at(point)`` gives the image at a point
+    (data directories or a warehouse: the command line chooses)."""
+
+    intro = "kraftlog metadata shell: ls, cd, pwd, cat, find, tree, at <point>, help, exit"
+
+    def __init__(self, image_at: Callable[[str | None], Image], point: str | None = None,
+                 stdin: Any = None, stdout: Any = None):
+        super().__init__(stdin=stdin, stdout=stdout)
+        if stdin is not None:
+            self.use_rawinput = False
+        self.image_at = image_at
+        self.cwd: list[str] = ["image"]
+        self.tree: Tree = {}
+        self._move(point)
+
+    # -- state ----------------------------------------------------------------------------------------------
+    def _move(self, point: str | None) -> None:
+        image = self.image_at(point)
+        self.tree = {"image": image_tree(image)}
+        self.where = f"offset {image.offset}"
+        if self._node(self.cwd) is None:
+            self.cwd = ["image"]
+        self.prompt = f"[{self.where}] /{'/'.join(self.cwd)} > "
+
+    def _path(self, arg: str) -> list[str]:
+        parts = [] if arg.startswith("/") else list(self.cwd)
+        for p in arg.split("/"):
+            if p in ("", "."):
+                continue
+            if p == "..":
+                if parts:
+                    parts.pop()
+            else:
+                parts.append(p)
+        return parts
+
+    def _node(self, parts: list[str]) -> Tree | str | None:
+        node: Tree | str = self.tree
+        for p in parts:
+            if not isinstance(node, dict) or p not in node:
+                return None
+            node = node[p]
+        return node
+
+    def _say(self, text: str) -> None:
+        self.stdout.write(text.rstrip("\n") + "\n")
+
+    def _resolve(self, arg: str) -> tuple[list[str], Tree | str] | None:
+        parts = self._path(arg.strip())
+        node = self._node(parts)
+        if node is None:
+            self._say(f"{arg.strip() or '.'}: no such node")
+            return None
+        return parts, node
+
+    # -- commands -------------------------------------------------------------------------------------------
+    def do_ls(self, arg: str) -> None:
+        """ls [path]: the children of a node (a leaf: its name)."""
+        found = self._resolve(arg)
+        if found is not None:
+            parts, node = found
+            self._say("\n".join(sorted(node)) if isinstance(node, dict) else parts[-1])
+
+    def do_cd(self, arg: str) -> None:
+        """cd [path]: move to a node (no path: /image)."""
+        found = self._resolve(arg or "/image")
+        if found is None:
+            return
+        parts, node = found
+        if not isinstance(node, dict):
+            self._say(f"{arg}: not a directory")
+            return
+        self.cwd = parts
+        self.prompt = f"[{self.where}] /{'/'.join(self.cwd)} > "
+
+    def do_pwd(self, arg: str) -> None:
+        """pwd: where you are."""
+        self._say("/" + "/".join(self.cwd))
+
+    def do_cat(self, arg: str) -> None:
+        """cat path: the text of a leaf."""
+        found = self._resolve(arg)
+        if found is not None:
+            _, node = found
+            self._say(node if isinstance(node, str) else f"{arg}: is a directory")
+
+    def do_tree(self, arg: str) -> None:
+        """tree [path]: a node and everything under it."""
+        found = self._resolve(arg)
+        if found is not None:
+            parts, node = found
+            self._say(tree_text({parts[-1]: node} if parts else node))
+
+    def do_find(self, arg: str) -> None:
+        """find [path]: every node under a path, one per line."""
+        found = self._resolve(arg)
+        if found is None:
+            return
+        parts, node = found
+        lines: list[str] = []
+
+        def walk(prefix: str, n: Tree | str) -> None:
+            lines.append(prefix)
+            if isinstance(n, dict):
+                for name in sorted(n):
+                    walk(f"{prefix}/{name}", n[name])
+
+        walk("/" + "/".join(parts), node)
+        self._say("\n".join(lines))
+
+    def do_at(self, arg: str) -> None:
+        """at <point>: the image at an offset, a time (2026-11-21T03:14:00Z, now, -1h) or latest."""
+        try:
+            self._move(arg.strip() or None)
+        except KraftlogError as e:
+            self._say(str(e))
+
+    def do_exit(self, arg: str) -> bool:
+        """exit: leave the shell (also: quit, Ctrl-D)."""
+        return True
+
+    do_quit = do_exit
+    do_EOF = do_exit
+
+    def emptyline(self) -> bool:
+        return False
+
+    def default(self, line: str) -> None:
+        self._say(f"unknown command: {line.split()[0]} (help lists the commands)")
+
+    def completenames(self, text: str, *ignored: Any) -> list[str]:
+        return [n for n in super().completenames(text, *ignored) if n != "EOF"]
+
+    def completedefault(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        head, _, stem = text.rpartition("/")
+        node = self._node(self._path(head)) if head or text.startswith("/") else self._node(self.cwd)
+        if not isinstance(node, dict):
+            return []
+        return [(head + "/" if head or text.startswith("/") else "") + n for n in sorted(node) if n.startswith(stem)]

@@ -1,0 +1,93 @@
+"""``kraftlog shell`` as a prompt, driven through a pseudo-terminal as a person would use it."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ROOT, SCENARIO_A, need
+
+
+class _Terminal:
+    """A command run in a pseudo-terminal: ``send`` a line, ``until`` some text shows."""
+
+    def __init__(self, argv: list[str]):
+        self.fd, child = pty.openpty()
+        self.proc = subprocess.Popen(argv, stdin=child, stdout=child, stderr=child, cwd=ROOT, close_fds=True,
+                                     env={**os.environ, "TERM": "dumb"})
+        os.close(child)
+        self.seen = ""
+
+    def until(self, text: str, timeout: float = 60.0) -> str:
+        """Everything printed until ``text`` shows (after what earlier calls consumed)."""
+        end = time.monotonic() + timeout
+        while text not in self.seen:
+            left = end - time.monotonic()
+            assert left > 0, f"no {text!r} in:\n{self.seen[-2000:]}"
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if ready:
+                try:
+                    self.seen += os.read(self.fd, 65536).decode("utf-8", "replace").replace("\r\n", "\n")
+                except OSError:  # the child closed the terminal
+                    break
+        i = self.seen.index(text) + len(text)
+        out, self.seen = self.seen[:i], self.seen[i:]
+        return out
+
+    def send(self, line: str) -> None:
+        os.write(self.fd, (line + "\n").encode())
+
+    def close(self) -> int:
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            os.close(self.fd)
+
+
+def test_the_shell_prompt_navigates_the_image_and_moves_in_time() -> None:
+    node = need(SCENARIO_A / "node-2")
+    t = _Terminal([sys.executable, "-m", "kraftlog.cli", "shell", str(node)])
+    try:
+        t.until("/image > ")
+        t.send("ls")
+        listing = t.until("> ")
+        assert all(n in listing for n in ("acls", "cluster", "configs", "features", "topics"))
+        t.send("cd topics/byName")
+        assert "/image/topics/byName > " in t.until("byName > ")
+        t.send("ls")
+        assert "orders" in t.until("> ")
+        t.send("cat orders/0")
+        assert "PartitionRegistration(replicas=" in t.until("> ")
+        t.send("cd ../../features")
+        t.send("pwd")
+        assert "/image/features" in t.until("features > ", 30) + t.until("> ")
+        t.send("find /image/cluster/brokers")
+        assert "/image/cluster/brokers/101" in t.until("> ")
+        t.send("at 40")  # back in time: the topic did not exist yet (created at offset 46)
+        assert "[offset 40]" in t.until("[offset 40]")
+        t.until("> ")
+        t.send("ls /image/topics/byName")
+        assert "orders" not in t.until("> ")
+        t.send("at 2001-01-01T00:00:00Z")  # outside the log: an error, the shell goes on
+        assert "before the first record" in t.until("> ")
+        t.send("cat /image/nowhere")
+        assert "no such node" in t.until("> ")
+        t.send("tree /image/features")
+        assert "metadataVersion:" in t.until("> ")
+        t.send("exit")
+        assert t.close() == 0
+    finally:
+        if t.proc.poll() is None:
+            t.proc.kill()
+
+
+def test_the_one_shot_form_stays_for_scripts(tmp_path: Path) -> None:
+    node = need(SCENARIO_A / "node-2")
+    out = subprocess.run([sys.executable, "-m", "kraftlog.cli", "shell", str(node), "--path", "/image/features"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0 and "metadataVersion:" in out.stdout
