@@ -13,8 +13,6 @@ import struct
 from typing import Any
 
 import cramjam
-import lz4.frame
-import zstandard
 from crc32c import crc32c
 
 from kraftlog.schema.model import FieldSpec, MessageSpec, StructSpec
@@ -152,9 +150,9 @@ def compress(codec: int, data: bytes) -> bytes:
             out += struct.pack(">i", len(block)) + block
         return bytes(out)
     if codec == 3:
-        return lz4.frame.compress(data)
+        return bytes(cramjam.lz4.compress(data))
     if codec == 4:
-        return zstandard.ZstdCompressor().compress(data)
+        return bytes(cramjam.zstd.compress(data))
     raise ValueError(codec)
 
 

@@ -104,6 +104,24 @@ def test_compressed_batches_cannot_expand_a_file_past_its_budget(tmp_path: Path)
     assert out.record_count == read_file(src).record_count + 7  # the first one was read
 
 
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
+def test_every_codec_stops_at_the_limit_whatever_the_stream_holds(codec: int) -> None:
+    from encoder import compress
+
+    payload = compress(codec, bytes(64 << 20))  # 64 MiB of zeros: a few KB to a few MB on disk
+    header = struct.pack(">qiibIhiqqqhii", 0, HEADER_SIZE - 12 + len(payload), 0, 2, 0, codec, 0, 0, 0, -1, -1, -1, 1)
+    data = bytearray(header + payload)
+    _with_crc(data, 0)
+    tracemalloc.start()
+    try:
+        out = read_log(bytes(data), "c.log")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [(e.kind, e.position) for e in out.errors] == [("compression", HEADER_SIZE)]
+    assert "expand past" in out.errors[0].reason and peak < 3 * MAX_BATCH_SIZE_BYTES
+
+
 # -- 2. fields outside the CRC: base offset and partition leader epoch ---------------------------------------
 
 def _flipped(field_at: int, xor: int, which: int) -> tuple[bytes, Batch, bytes]:

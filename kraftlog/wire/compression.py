@@ -1,19 +1,18 @@
 """Decompress a RecordBatch's records with the codec named in its attributes.
 
 KRaft writers always use codec 0 (none); readers still accept 1-4 (``DefaultRecordBatch``):
-gzip (RFC 1952), snappy in xerial snappy-java stream framing (or a bare snappy block), lz4 frame,
-zstd. Every decoder is bounded: the output may not exceed ``limit`` bytes, whatever the input claims.
+gzip (RFC 1952, zlib), snappy in xerial snappy-java stream framing (or a bare snappy block), lz4 frame
+and zstd (all three through cramjam). Every decoder is bounded: the output may not exceed ``limit``
+bytes, whatever the input claims (lz4 and zstd decompress into a buffer of ``limit + 1`` bytes).
 """
 
 from __future__ import annotations
 
-import io
 import struct
+import threading
 import zlib
 
 import cramjam
-import lz4.frame
-import zstandard
 
 from kraftlog.wire.varint import read_uvarint
 
@@ -84,17 +83,27 @@ def _snappy_block(block: bytes, limit: int) -> bytes:
     return bytes(cramjam.snappy.decompress_raw(block))
 
 
+_buffers = threading.local()  # one output buffer per thread, reused: allocating it per batch costs more
+
+
+def _into(codec: str, data: bytes, limit: int) -> bytes:
+    """cramjam's ``decompress_into`` a buffer of ``limit + 1`` bytes: a stream that would fill it is too large."""
+    buf = getattr(_buffers, "buf", None)
+    if buf is None or len(buf) < limit + 1:
+        buf = _buffers.buf = bytearray(limit + 1)
+    try:
+        n = getattr(cramjam, codec).decompress_into(data, memoryview(buf)[:limit + 1])
+    except cramjam.DecompressionError as e:
+        if "failed to write whole buffer" in str(e):
+            raise DecompressionError(f"records expand past {limit} bytes") from None
+        raise DecompressionError(f"{codec}: {e}") from None
+    _check(n, limit)
+    return bytes(memoryview(buf)[:n])
+
+
 def _lz4(data: bytes, limit: int) -> bytes:
-    d = lz4.frame.LZ4FrameDecompressor()
-    out = d.decompress(data, max_length=limit + 1)
-    _check(len(out), limit)
-    if not d.eof:
-        raise DecompressionError("lz4: frame is truncated")
-    return bytes(out)
+    return _into("lz4", data, limit)
 
 
 def _zstd(data: bytes, limit: int) -> bytes:
-    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
-    out = reader.read(limit + 1)
-    _check(len(out), limit)
-    return bytes(out)
+    return _into("zstd", data, limit)
