@@ -92,3 +92,36 @@ def test_report_renders_in_chromium(report: Path, tmp_path: Path) -> None:
     assert len(body.getcolors(1 << 20) or []) > 50
     reds = sum(n for n, (r, g, b) in body.getcolors(1 << 20) or [] if r > 150 and g < 80 and b < 80)
     assert reds > 50
+
+
+def test_the_report_opens_with_now_as_the_state_command_sees_it(sample_events: Any, tmp_path: Path) -> None:
+    """The "now" panel is the image at the end of the period: the same brokers, partitions and voters as
+    ``kraftlog state`` at that offset (local replay, another path to the same answer)."""
+    import json
+
+    from conftest import SAMPLE
+
+    wh, _ = sample_events
+    for end, offset in ((None, None), ("2026-11-21T03:13:20Z", None)):
+        out = tmp_path / f"now-{offset}-{end}.html"
+        args = ["report", "--warehouse", str(wh), "--out", str(out)] + (["--to", end] if end else [])
+        assert CliRunner().invoke(main, args).exit_code == 0
+        page = out.read_text()
+        now = re.search(r"<h2 id='now'>Now: offset (\d+) \(the end of the period\)</h2>(.*?)<h2>", page, re.S)
+        assert now, "the page opens with the now panel"
+        at = now.group(1)
+        state = json.loads(CliRunner().invoke(main, ["state", str(SAMPLE), "--at", at]).output)
+
+        def card(label: str, panel: str = now.group(2)) -> str:
+            m = re.search(rf"<div class='v'>([^<]*)</div><div class='l'>{label}</div>", panel)
+            assert m, label
+            return m.group(1)
+
+        brokers = state["brokers"]
+        assert int(card("fenced")) == sum(b["fenced"] for b in brokers)
+        assert int(card("brokers up")) == sum(not b["fenced"] for b in brokers)
+        assert int(card("partitions")) == len(state["partitions"])
+        assert int(card("offline")) == sum(p["leader"] == -1 for p in state["partitions"])
+        assert card("voters") == (", ".join(str(v["voter_id"]) for v in sorted(state["voters"], key=lambda v: v[
+            "voter_id"])) or "static")
+    assert page.index("id='now'") < page.index("id='elections'")

@@ -41,11 +41,17 @@ def clusters(warehouse: str | Path) -> list[str]:
     return sorted(read_table(warehouse, "replay_ranges", columns=["cluster_id"])["cluster_id"])
 
 
+def holding_at(df: pd.DataFrame, offset: int, start: str = "valid_from_offset", end: str = "valid_to_offset"
+               ) -> pd.DataFrame:
+    """The rows of ``df`` (versions, or windows with ``from_offset``/``to_offset``) that hold at ``offset``:
+    ``start <= offset < end``, a null ``end`` still holding (``analytics.events.valid_at`` in Spark)."""
+    return df[(df[start] <= offset) & (df[end].isna() | (df[end] > offset))]
+
+
 def state_at(warehouse: str | Path, kind: str, cluster: str, offset: int) -> pd.DataFrame:
     """The versions of entity ``kind`` (brokers, partitions, ...) valid at ``offset`` (inclusive)."""
-    h = read_table(warehouse, f"{kind}_history", cluster)
-    alive = (h["valid_from_offset"] <= offset) & (h["valid_to_offset"].isna() | (h["valid_to_offset"] > offset))
-    return h[alive].drop(columns=["valid_to_offset", "valid_to", "ended_by"]).reset_index(drop=True)
+    h = holding_at(read_table(warehouse, f"{kind}_history", cluster), offset)
+    return h.drop(columns=["valid_to_offset", "valid_to", "ended_by"]).reset_index(drop=True)
 
 
 def offset_at(warehouse: str | Path, cluster: str, when: pd.Timestamp | str) -> int:

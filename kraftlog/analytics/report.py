@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
+from kraftlog.analytics.frames import holding_at
+
 MAX_ROWS = 200  # rows shown per table; the rest is counted
 
 
@@ -34,10 +36,19 @@ class Period:
 
 
 @dataclass
+class Now:
+    """The image at the end of the period: ``frames`` by entity kind (brokers, partitions, voters, features)."""
+
+    offset: int
+    frames: dict[str, pd.DataFrame]
+
+
+@dataclass
 class Report:
     cluster_id: str
     period: Period
     frames: dict[str, pd.DataFrame]
+    now: Now | None = None
     generated: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     def html(self) -> str:
@@ -240,9 +251,48 @@ h3{font-size:15px;margin-top:22px} .meta{color:#666;font-size:13px}
 table.rows{border-collapse:collapse;font-size:12px;margin:6px 0} table.rows th{background:#eef3f9;text-align:left}
 table.rows td,table.rows th{padding:3px 8px;border-bottom:1px solid #e5e5e5;vertical-align:top}
 .none,.more{color:#777;font-size:13px;font-style:italic} img{max-width:100%} nav a{margin-right:12px;font-size:13px}
+.now{display:flex;gap:32px;flex-wrap:wrap;align-items:flex-start}
 """
 
-_SECTIONS = [("elections", "Leader elections"), ("isr", "ISR churn"), ("brokers", "Brokers"),
+
+def _cards(cards: list[tuple[str, str, bool]]) -> str:
+    return "<div class='cards'>" + "".join(
+        f"<div class='card{' alarm' if bad else ''}'><div class='v'>{html.escape(v)}</div>"
+        f"<div class='l'>{html.escape(label)}</div></div>" for label, v, bad in cards) + "</div>"
+
+
+def now_cards(now: Now, f: dict[str, pd.DataFrame]) -> list[tuple[str, str, bool]]:
+    """What Kafka UIs show first, at the end of the period: (label, value, alarming). Windows (under-replicated,
+    under min.insync.replicas) are the event tables' windows holding at that offset, so the rules are theirs."""
+    b, p, v = now.frames["brokers"], now.frames["partitions"], now.frames["voters"]
+    fenced = int(b["fenced"].sum()) if not b.empty else 0
+    shutdown = int(b["in_controlled_shutdown"].sum()) if not b.empty else 0
+    offline = int((p["leader"] == -1).sum()) if not p.empty else 0
+    under = len(holding_at(f["under_replicated"], now.offset, "from_offset", "to_offset"))
+    under_min = len(holding_at(f["under_min_isr"], now.offset, "from_offset", "to_offset"))
+    epochs = holding_at(f["controller_leadership"], now.offset, "from_offset", "to_offset")
+    leader = str(int(epochs.sort_values("epoch").iloc[-1]["leader_id"])) if not epochs.empty else "unknown"
+    return [
+        ("brokers up", str(len(b) - fenced), False), ("fenced", str(fenced), fenced > 0),
+        ("in controlled shutdown", str(shutdown), shutdown > 0), ("controller leader", leader, leader == "unknown"),
+        ("voters", ", ".join(str(x) for x in sorted(v["voter_id"])) if not v.empty else "static", False),
+        ("partitions", str(len(p)), False), ("offline", str(offline), offline > 0),
+        ("under-replicated", str(under), under > 0), ("under min ISR", str(under_min), under_min > 0),
+    ]
+
+
+def _now_panel(now: Now, f: dict[str, pd.DataFrame]) -> str:
+    b, p, feats = now.frames["brokers"], now.frames["partitions"], now.frames["features"]
+    leaders = (p[p["leader"] >= 0].groupby("leader").size().rename("leaders").rename_axis("broker_id").reset_index()
+               if not p.empty else pd.DataFrame(columns=["broker_id", "leaders"]))
+    brokers = b.merge(leaders, on="broker_id", how="left").fillna({"leaders": 0}) if not b.empty else b
+    return (f"<h2 id='now'>Now: offset {now.offset} (the end of the period)</h2>" + _cards(now_cards(now, f))
+            + "<div class='now'><div>" + _table(brokers, ["broker_id", "fenced", "in_controlled_shutdown", "rack",
+                                                         "broker_epoch", "leaders"], ["broker_id"])
+            + "</div><div>" + _table(feats, ["name", "level", "version_name"], ["name"]) + "</div></div>")
+
+
+_SECTIONS = [("now", "Now"), ("elections", "Leader elections"), ("isr", "ISR churn"), ("brokers", "Brokers"),
              ("controllers", "Controllers and quorum"), ("reassignments", "Reassignments"), ("topics", "Topics"),
              ("audit", "Configuration audit"), ("health", "Log health")]
 
@@ -259,9 +309,9 @@ def report_html(report: Report) -> str:
     w(f"<p class='meta'>Period: {html.escape(report.period.text())} · generated "
       f"{report.generated:%Y-%m-%d %H:%M:%S} UTC by kraftlog from the event tables</p>")
     w("<nav>" + "".join(f"<a href='#{a}'>{t}</a>" for a, t in _SECTIONS) + "</nav>")
-    w("<div class='cards'>" + "".join(
-        f"<div class='card{' alarm' if bad else ''}'><div class='v'>{html.escape(v)}</div>"
-        f"<div class='l'>{html.escape(label)}</div></div>" for label, v, bad in report.summary()) + "</div>")
+    if report.now is not None:
+        w(_now_panel(report.now, f))
+    w("<h2>Over the period</h2>" + _cards(report.summary()))
     w("<h3>Everything that happened</h3>" + _png(_timeline(f), 5.5))
 
     w("<h2 id='elections'>Leader elections</h2>")

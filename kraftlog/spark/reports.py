@@ -6,15 +6,18 @@ Only the rows of the clusters and the period leave the executors (as pandas fram
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.definitions import event_tables
-from kraftlog.analytics.report import Period, Report
+from kraftlog.analytics.report import Now, Period, Report
 from kraftlog.identity import choose_cluster
-from kraftlog.spark.history import built_clusters
+from kraftlog.spark.history import built_clusters, offset_at, read_histories, state_at
 from kraftlog.spark.store import TableStore
+from kraftlog.tables.definitions import catalog
 
 
 def in_period(df: DataFrame, period: Period) -> DataFrame:
@@ -47,12 +50,32 @@ def report_frames(store: TableStore, cluster_ids: list[str], period: Period) -> 
     return out
 
 
+NOW_KINDS = ("brokers", "partitions", "voters", "features")  # what the "now" panel shows of the image
+
+
+def now_frames(store: TableStore, ranges: dict[str, Any], cluster_ids: list[str], period: Period
+               ) -> dict[str, Now]:
+    """Per cluster: the image (``NOW_KINDS``) at the end of the period, from the histories."""
+    histories = read_histories(store)
+    records = store.read(catalog()["records"])
+    out = {}
+    for c in cluster_ids:
+        r = ranges[c]
+        last = r["last_offset"] if r["last_offset"] is not None else r["base_offset"]
+        offset = last if period.end is None else min(last, offset_at(records, c, int(period.end.timestamp() * 1000)))
+        state = state_at(histories, c, offset, NOW_KINDS)
+        out[c] = Now(offset, {k: df.drop("cluster_id").toPandas() for k, df in state.items()})
+    return out
+
+
 def build_reports(store: TableStore, clusters: list[str] | None, period: Period) -> list[Report]:
     """The reports of ``clusters`` (ids, or the part after ``source:``; None: every cluster built) over ``period``."""
-    known = sorted(built_clusters(store))
+    ranges = built_clusters(store)
+    known = sorted(ranges)
     ids = [choose_cluster(known, c) for c in clusters] if clusters else known
     frames = report_frames(store, ids, period)
-    return [Report(c, period, frames[c]) for c in ids]
+    now = now_frames(store, ranges, ids, period)
+    return [Report(c, period, frames[c], now[c]) for c in ids]
 
 
 def build_report(store: TableStore, cluster: str | None, period: Period) -> Report:
