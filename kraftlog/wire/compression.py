@@ -3,13 +3,12 @@
 KRaft writers always use codec 0 (none); readers still accept 1-4 (``DefaultRecordBatch``):
 gzip (RFC 1952, zlib), snappy in xerial snappy-java stream framing (or a bare snappy block), lz4 frame
 and zstd (all three through cramjam). Every decoder is bounded: the output may not exceed ``limit``
-bytes, whatever the input claims (lz4 and zstd decompress into a buffer of ``limit + 1`` bytes).
+bytes, whatever the input claims (lz4 and zstd decompress into a buffer that grows up to ``limit + 1``).
 """
 
 from __future__ import annotations
 
 import struct
-import threading
 import zlib
 
 import cramjam
@@ -83,22 +82,23 @@ def _snappy_block(block: bytes, limit: int) -> bytes:
     return bytes(cramjam.snappy.decompress_raw(block))
 
 
-_buffers = threading.local()  # one output buffer per thread, reused: allocating it per batch costs more
-
-
 def _into(codec: str, data: bytes, limit: int) -> bytes:
-    """cramjam's ``decompress_into`` a buffer of ``limit + 1`` bytes: a stream that would fill it is too large."""
-    buf = getattr(_buffers, "buf", None)
-    if buf is None or len(buf) < limit + 1:
-        buf = _buffers.buf = bytearray(limit + 1)
-    try:
-        n = getattr(cramjam, codec).decompress_into(data, memoryview(buf)[:limit + 1])
-    except cramjam.DecompressionError as e:
-        if "failed to write whole buffer" in str(e):
-            raise DecompressionError(f"records expand past {limit} bytes") from None
-        raise DecompressionError(f"{codec}: {e}") from None
-    _check(n, limit)
-    return bytes(memoryview(buf)[:n])
+    """cramjam's ``decompress_into`` a buffer that grows (64 times the input, then 8 times more each try) up to
+    ``limit + 1`` bytes: memory follows what the stream really holds, and one that fills that is too large."""
+    size = min(limit + 1, max(1 << 16, len(data) << 6))
+    while True:
+        buf = bytearray(size)
+        try:
+            n = getattr(cramjam, codec).decompress_into(data, buf)
+        except cramjam.DecompressionError as e:
+            if "failed to write whole buffer" not in str(e):
+                raise DecompressionError(f"{codec}: {e}") from None
+            if size > limit:
+                raise DecompressionError(f"records expand past {limit} bytes") from None
+            size = min(limit + 1, size << 3)
+            continue
+        _check(n, limit)
+        return bytes(memoryview(buf)[:n])
 
 
 def _lz4(data: bytes, limit: int) -> bytes:
