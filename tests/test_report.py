@@ -125,3 +125,30 @@ def test_the_report_opens_with_now_as_the_state_command_sees_it(sample_events: A
         assert card("voters") == (", ".join(str(v["voter_id"]) for v in sorted(state["voters"], key=lambda v: v[
             "voter_id"])) or "static")
     assert page.index("id='now'") < page.index("id='elections'")
+
+
+def test_activity_bins_scale_with_the_period_and_long_tables_fold(spark: Any, sample_events: Any,
+                                                                  tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from pyspark.sql import functions as F
+
+    from kraftlog.analytics.report import Period, bin_seconds
+    from kraftlog.spark.reports import build_report
+    from kraftlog.spark.store import open_store
+    from kraftlog.tables.definitions import catalog
+
+    assert [bin_seconds(s) for s in (45, 720, 6 * 3600, 30 * 86400)] == [1, 15, 300, 6 * 3600]
+    wh, _ = sample_events
+    store = open_store(spark, str(wh))
+    start, end = datetime(2026, 11, 21, 3, 5, tzinfo=UTC), datetime(2026, 11, 21, 3, 17, tzinfo=UTC)  # 12 minutes
+    rep = build_report(store, None, Period(start, end))
+    assert rep.activity is not None and rep.activity.seconds == 15
+    in_period = store.read(catalog()["records"]).filter(
+        (F.col("source") == "log") & (F.col("timestamp") >= F.lit(start)) & (F.col("timestamp") <= F.lit(end))).count()
+    assert int(rep.activity.frame["records"].sum()) == in_period > 0
+    page = rep.html()
+    assert "<details><summary>" in page  # a long table, folded behind its row count
+    quiet = build_report(store, None, Period(datetime(2026, 11, 21, 3, 4, 0, tzinfo=UTC),
+                                             datetime(2026, 11, 21, 3, 4, 1, tzinfo=UTC))).html()
+    assert "No elections." in quiet and "No events in the period." in quiet  # one line, not a blank plot

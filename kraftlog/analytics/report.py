@@ -13,12 +13,14 @@ import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import pandas as pd
 
 from kraftlog.analytics.frames import holding_at
 
 MAX_ROWS = 200  # rows shown per table; the rest is counted
+OPEN_ROWS = 15  # a longer table is collapsed behind a summary line (HTML <details>, no script)
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Report:
     period: Period
     frames: dict[str, pd.DataFrame]
     now: Now | None = None
+    activity: Activity | None = None
     generated: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     def html(self) -> str:
@@ -65,6 +68,15 @@ def report_name(cluster_id: str) -> str:
 
 
 # -- rendering -------------------------------------------------------------------------------------------------
+
+def _time_axis(ax: Any) -> None:
+    """Dates on the x axis as people read them at any span, seconds to months (``ConciseDateFormatter``)."""
+    import matplotlib.dates as mdates
+
+    locator = mdates.AutoDateLocator(minticks=4, maxticks=10)
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, show_offset=True))
+
 
 def _png(draw: Callable[[object], None], height: float = 3.2) -> str:
     """An ``<img>`` of a matplotlib figure drawn by ``draw(ax)``."""
@@ -98,7 +110,10 @@ def _table(df: pd.DataFrame, columns: list[str], sort: list[str] | None = None, 
         elif view[c].dtype == object:
             view[c] = view[c].map(_cell)
     text = view.to_html(index=False, escape=True, na_rep="", border=0, classes="rows", float_format=_number)
-    return text + (f'<p class="more">… and {more} more rows (query the table for all).</p>' if more > 0 else "")
+    text += f'<p class="more">… and {more} more rows (query the table for all).</p>' if more > 0 else ""
+    if len(df) <= OPEN_ROWS:
+        return text
+    return f"<details><summary>{len(df):,} rows (show)</summary>{text}</details>"
 
 
 def _number(x: float) -> str:
@@ -154,8 +169,8 @@ def _summary(f: dict[str, pd.DataFrame]) -> list[tuple[str, str, bool]]:
     ]
 
 
-def _timeline(f: dict[str, pd.DataFrame]) -> Callable[[object], None]:
-    """Every event as a dot on one time axis, a row per category."""
+def _lanes(f: dict[str, pd.DataFrame]) -> list[tuple[str, pd.Series]]:
+    """The timeline's rows: (category, event times), only categories with events."""
     lanes: list[tuple[str, pd.Series]] = []
     e = f["leader_elections"]
     for kind in ["unclean", "offline", "failover", "controlled_shutdown", "elr", "reassignment", "preferred"]:
@@ -175,7 +190,11 @@ def _timeline(f: dict[str, pd.DataFrame]) -> Callable[[object], None]:
         df = df[df[key] != "present_at_start"] if not df.empty else df
         lanes.append((label, df.get("timestamp", pd.Series())))
     lanes.append(("reassignment start", f["reassignments"].get("from_time", pd.Series())))
-    lanes = [(label, s.dropna()) for label, s in lanes if s is not None and len(s.dropna())]
+    return [(label, s.dropna()) for label, s in lanes if s is not None and len(s.dropna())]
+
+
+def _timeline(lanes: list[tuple[str, pd.Series]]) -> Callable[[object], None]:
+    """Every event as a dot on one time axis, a row per category."""
 
     def draw(ax) -> None:  # type: ignore[no-untyped-def]
         for i, (label, times) in enumerate(lanes):
@@ -184,17 +203,21 @@ def _timeline(f: dict[str, pd.DataFrame]) -> Callable[[object], None]:
         ax.set_yticks(range(len(lanes)), [label for label, _ in lanes])
         ax.grid(axis="x", alpha=0.3)
         ax.set_xlabel("record time (UTC)")
+        _time_axis(ax)
         ax.invert_yaxis()
 
     return draw
 
 
+def _bar_chart(series: pd.Series, xlabel: str, height: float, color: str = "#2c6fbb") -> str:
+    """A bar chart of ``series``, or one line when there is nothing to draw."""
+    if series.empty:
+        return f'<p class="none">No {html.escape(xlabel)}.</p>'
+    return _png(_bars(series, xlabel, color), height)
+
+
 def _bars(series: pd.Series, xlabel: str, color: str = "#2c6fbb") -> Callable[[object], None]:
     def draw(ax) -> None:  # type: ignore[no-untyped-def]
-        if series.empty:
-            ax.text(0.5, 0.5, "no events", ha="center", va="center", transform=ax.transAxes)
-            ax.set_axis_off()
-            return
         ax.barh([str(i) for i in series.index], series.values, color=color)
         ax.invert_yaxis()
         ax.set_xlabel(xlabel)
@@ -220,20 +243,48 @@ def _fenced_gantt(periods: pd.DataFrame) -> Callable[[object], None]:
         ax.grid(axis="x", alpha=0.3)
         ax.legend(handles=[Patch(color=c, label=r) for r, c in colors.items()], loc="upper left", fontsize=8)
         ax.set_xlabel("record time (UTC)")
+        _time_axis(ax)
 
     return draw
 
 
-def _records_per_hour(health: pd.DataFrame) -> Callable[[object], None]:
+BIN_SECONDS = (1, 5, 15, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 7 * 86400)
+
+
+def bin_seconds(span_seconds: float, bins: int = 120) -> int:
+    """The width of the activity bins for a period of ``span_seconds``: the finest that gives at most ``bins``."""
+    return next((w for w in BIN_SECONDS if span_seconds / w <= bins), BIN_SECONDS[-1])
+
+
+def _unit(seconds: int) -> str:
+    for size, name in ((86400, "day"), (3600, "hour"), (60, "minute"), (1, "second")):
+        if seconds % size == 0:
+            n = seconds // size
+            return name if n == 1 else f"{n} {name}s"
+    return f"{seconds} s"
+
+
+@dataclass
+class Activity:
+    """Log records of the period in bins of ``seconds`` (scaled to the period): ``frame`` has ``start``,
+    ``records`` and ``noop_records``."""
+
+    seconds: int
+    frame: pd.DataFrame
+
+
+def _records_per_bin(activity: Activity) -> Callable[[object], None]:
     def draw(ax) -> None:  # type: ignore[no-untyped-def]
-        h = health.sort_values("hour")
-        width = 1 / 24 * 0.8
-        ax.bar(h["hour"], h["records"] - h["noop_records"], width=width, label="metadata records", color="#2c6fbb")
-        ax.bar(h["hour"], h["noop_records"], width=width, bottom=h["records"] - h["noop_records"],
+        h = activity.frame.sort_values("start")
+        width = pd.Timedelta(seconds=activity.seconds * 0.8)
+        ax.bar(h["start"], h["records"] - h["noop_records"], width=width, align="edge", label="metadata records",
+               color="#2c6fbb")
+        ax.bar(h["start"], h["noop_records"], width=width, align="edge", bottom=h["records"] - h["noop_records"],
                label="NoOp records", color="#bdc3c7")
-        ax.set_ylabel("records per hour")
+        ax.set_ylabel(f"records per {_unit(activity.seconds)}")
         ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
+        _time_axis(ax)
 
     return draw
 
@@ -312,11 +363,13 @@ def report_html(report: Report) -> str:
     if report.now is not None:
         w(_now_panel(report.now, f))
     w("<h2>Over the period</h2>" + _cards(report.summary()))
-    w("<h3>Everything that happened</h3>" + _png(_timeline(f), 5.5))
+    lanes = _lanes(f)
+    w("<h3>Everything that happened</h3>" + (_png(_timeline(lanes), 1.2 + 0.28 * len(lanes)) if lanes else
+                                             '<p class="none">No events in the period.</p>'))
 
     w("<h2 id='elections'>Leader elections</h2>")
     kinds = e["kind"].value_counts() if not e.empty else pd.Series(dtype=int)
-    w(_png(_bars(kinds, "elections"), 2.4))
+    w(_bar_chart(kinds, "elections", 2.4))
     w("<h3>Unclean and offline</h3>" + _table(e[e["kind"].isin(["unclean", "offline"])] if not e.empty else e, [
         "timestamp", "log_offset", "topic_name", "partition_id", "kind", "previous_leader", "leader", "previous_isr",
         "isr", "leader_epoch", "leader_recovery_state"], ["log_offset"]))
@@ -328,7 +381,7 @@ def report_html(report: Report) -> str:
     w("<h2 id='isr'>ISR churn</h2>")
     shrinks = (isr[isr["kind"] != "expand"].groupby("topic_name").size().sort_values(ascending=False).head(15)
                if not isr.empty else pd.Series(dtype=int))
-    w("<h3>ISR shrinks by topic</h3>" + _png(_bars(shrinks, "shrinks", "#e67e22"), 2.8))
+    w("<h3>ISR shrinks by topic</h3>" + _bar_chart(shrinks, "shrinks", 2.8, "#e67e22"))
     w("<h3>Under min.insync.replicas</h3>" + _table(f["under_min_isr"], [
         "topic_name", "partition_id", "from_time", "to_time", "seconds", "open", "min_isr_size",
         "min_insync_replicas", "config_source"], ["from_offset"]))
@@ -379,8 +432,10 @@ def report_html(report: Report) -> str:
         "credential_changed"], ["log_offset"]))
 
     w("<h2 id='health'>Log health</h2>")
-    if not health.empty:
-        w(_png(_records_per_hour(health), 2.8))
+    if report.activity is not None and not report.activity.frame.empty:
+        w(_png(_records_per_bin(report.activity), 2.8))
+    else:
+        w('<p class="none">No log records in the period.</p>')
     w(_table(health, ["hour", "records", "noop_records", "noop_share", "control_records", "batches", "crc_failures",
                       "divergent_records", "snapshots", "snapshot_bytes"], ["hour"]))
     snaps = f["snapshots"]

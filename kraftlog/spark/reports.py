@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.definitions import event_tables
-from kraftlog.analytics.report import Now, Period, Report
+from kraftlog.analytics.report import Activity, Now, Period, Report, bin_seconds
 from kraftlog.identity import choose_cluster
 from kraftlog.spark.history import built_clusters, offset_at, read_histories, state_at
 from kraftlog.spark.store import TableStore
@@ -68,6 +68,29 @@ def now_frames(store: TableStore, ranges: dict[str, Any], cluster_ids: list[str]
     return out
 
 
+def activity_frames(store: TableStore, cluster_ids: list[str], period: Period) -> dict[str, Activity]:
+    """Per cluster: its log records in the period, counted in bins scaled to the period's span (``bin_seconds``)."""
+    log = in_period(store.read(catalog()["records"]).filter(F.col("cluster_id").isin(cluster_ids)
+                                                            & (F.col("source") == "log")), period)
+    spans = {r["cluster_id"]: r for r in log.groupBy("cluster_id").agg(
+        F.min(F.unix_seconds("timestamp")).alias("lo"), F.max(F.unix_seconds("timestamp")).alias("hi")).collect()}
+    widths = {}
+    for c in cluster_ids:
+        lo = int(period.start.timestamp()) if period.start else (spans[c]["lo"] if c in spans else 0)
+        hi = int(period.end.timestamp()) if period.end else (spans[c]["hi"] if c in spans else lo)
+        widths[c] = bin_seconds(max(hi - lo, 1))
+    width = F.element_at(F.create_map(*[x for c, w in widths.items() for x in (F.lit(c), F.lit(w))]),
+                         F.col("cluster_id"))
+    binned: pd.DataFrame = (log.withColumn("_w", width)
+              .groupBy("cluster_id", (F.floor(F.unix_seconds("timestamp") / F.col("_w")) * F.col("_w")).alias("_s"))
+              .agg(F.count("*").alias("records"),
+                   F.sum((F.col("record_type") == "NO_OP_RECORD").cast("long")).alias("noop_records"))
+              .select("cluster_id", F.timestamp_seconds("_s").alias("start"), "records", "noop_records")
+              .toPandas())
+    return {c: Activity(widths[c], binned[binned["cluster_id"] == c].drop(columns="cluster_id")
+                        .reset_index(drop=True)) for c in cluster_ids}
+
+
 def build_reports(store: TableStore, clusters: list[str] | None, period: Period) -> list[Report]:
     """The reports of ``clusters`` (ids, or the part after ``source:``; None: every cluster built) over ``period``."""
     ranges = built_clusters(store)
@@ -75,7 +98,8 @@ def build_reports(store: TableStore, clusters: list[str] | None, period: Period)
     ids = [choose_cluster(known, c) for c in clusters] if clusters else known
     frames = report_frames(store, ids, period)
     now = now_frames(store, ranges, ids, period)
-    return [Report(c, period, frames[c], now[c]) for c in ids]
+    activity = activity_frames(store, ids, period)
+    return [Report(c, period, frames[c], now[c], activity[c]) for c in ids]
 
 
 def build_report(store: TableStore, cluster: str | None, period: Period) -> Report:
