@@ -122,6 +122,7 @@ def test_the_report_opens_with_now_as_the_state_command_sees_it(sample_events: A
         assert int(card("brokers up")) == sum(not b["fenced"] for b in brokers)
         assert int(card("partitions")) == len(state["partitions"])
         assert int(card("offline")) == sum(p["leader"] == -1 for p in state["partitions"])
+        assert card("controller leader").isdigit()  # the epoch begun last at that offset
         assert card("voters") == (", ".join(str(v["voter_id"]) for v in sorted(state["voters"], key=lambda v: v[
             "voter_id"])) or "static")
     assert page.index("id='now'") < page.index("id='elections'")

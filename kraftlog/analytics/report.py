@@ -321,8 +321,9 @@ def now_cards(now: Now, f: dict[str, pd.DataFrame]) -> list[tuple[str, str, bool
     offline = int((p["leader"] == -1).sum()) if not p.empty else 0
     under = len(holding_at(f["under_replicated"], now.offset, "from_offset", "to_offset"))
     under_min = len(holding_at(f["under_min_isr"], now.offset, "from_offset", "to_offset"))
-    epochs = holding_at(f["controller_leadership"], now.offset, "from_offset", "to_offset")
-    leader = str(int(epochs.sort_values("epoch").iloc[-1]["leader_id"])) if not epochs.empty else "unknown"
+    epochs = f["controller_leadership"]  # to_offset is the epoch's last offset: the epoch is the last one begun
+    begun = epochs[epochs["from_offset"] <= now.offset] if not epochs.empty else epochs
+    leader = str(int(begun.sort_values("epoch").iloc[-1]["leader_id"])) if not begun.empty else "unknown"
     return [
         ("brokers up", str(len(b) - fenced), False), ("fenced", str(fenced), fenced > 0),
         ("in controlled shutdown", str(shutdown), shutdown > 0), ("controller leader", leader, leader == "unknown"),
