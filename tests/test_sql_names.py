@@ -12,8 +12,8 @@ import pytest
 from conftest import SAMPLE
 
 from kraftlog.analytics.definitions import event_tables
-from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
-from kraftlog.tables.definitions import TableDef, catalog
+from kraftlog.spark.store import warehouse_tables
+from kraftlog.tables.definitions import TableDef
 
 # Trino's reserved keywords (trino.io/docs/current/language/reserved.html) and Spark SQL's reserved keywords in
 # ANSI mode (spark.apache.org/docs/latest/sql-ref-ansi-compliance.html), as far as they could be column names
@@ -36,8 +36,7 @@ SPARK_ANSI = {"all", "and", "any", "as", "authorization", "both", "case", "cast"
 
 
 def _every_table() -> list[TableDef]:
-    return [*catalog().all(), *history_tables().values(), replay_ranges_table(), replay_state_table(),
-            *event_tables().values()]
+    return list(warehouse_tables().values())
 
 
 def test_no_column_of_any_table_is_a_reserved_word() -> None:
@@ -51,6 +50,22 @@ def test_no_column_of_any_table_is_a_reserved_word() -> None:
     for t in event_tables().values():  # and DuckDB reads each event table's columns unquoted
         empty = pa.Table.from_batches([], t.schema)  # noqa: F841 (DuckDB finds it by name)
         duckdb.sql(f"SELECT {', '.join(t.columns)} FROM empty ORDER BY {t.key[-1]}").fetchall()
+
+
+def test_read_table_reads_every_kind_of_table(spark: Any, sample_events: Any) -> None:
+    from kraftlog.config import Config
+    from kraftlog.errors import UsageError
+    from kraftlog.spark.ingest import read_table
+
+    wh, _ = sample_events
+    config = Config.load(warehouse={"path": str(wh)})
+    kinds = {t.kind: t.name for t in _every_table()}  # one table of each kind
+    assert set(kinds) == {"core", "typed", "history", "event"}
+    for name in [*kinds.values(), "replay_ranges", "leader_elections", "brokers_history"]:
+        assert read_table(spark, config, name).count() >= 0
+    assert read_table(spark, config, "leader_elections").count() > 0
+    with pytest.raises(UsageError, match="leader_elections"):
+        read_table(spark, config, "nope")
 
 
 def test_an_event_table_of_an_older_layout_is_rebuilt_and_a_landed_one_refused(

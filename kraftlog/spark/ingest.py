@@ -33,12 +33,22 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.config import Config
+from kraftlog.errors import UsageError
 from kraftlog.identity import resolve_identity, same_node_twice
 from kraftlog.planning import Landed, ListedFile, PlannedFile, plan_by_name, plan_files
 from kraftlog.spark.decode import LandRouter, stage_choices, summaries
 from kraftlog.spark.inputs import FileSpec, by_bytes, by_cluster, read_meta_properties
 from kraftlog.spark.session import tag_jobs
-from kraftlog.spark.store import Manifest, StagedFile, TableStore, new_run_id, spark_schema, store_for, writing
+from kraftlog.spark.store import (
+    Manifest,
+    StagedFile,
+    TableStore,
+    new_run_id,
+    spark_schema,
+    store_for,
+    warehouse_tables,
+    writing,
+)
 from kraftlog.spark.transforms import against_existing, keep_ranges, new_rows, path_map
 from kraftlog.storage import normalize
 from kraftlog.tables.copies import DIVERGENCE_SOURCE, SAME_EPOCH, render_divergence
@@ -405,7 +415,10 @@ def _finish(store: TableStore, cat: Catalog, manifest: Manifest, result: IngestR
 
 
 def read_table(spark: SparkSession, config: Config, name: str, store: TableStore | None = None) -> DataFrame:
-    """Read a landed table as a DataFrame (scales: executors read the table's files)."""
+    """Read any table of the warehouse (landed, typed, history, event) as a DataFrame (executors read its files)."""
+    tables = warehouse_tables()
+    if name not in tables:
+        raise UsageError(f"no table {name!r} in a kraftlog warehouse; tables: {', '.join(sorted(tables))}")
     store = store or store_for(spark, config)
-    return store.read(catalog()[name])
+    return store.read(tables[name])
 

@@ -679,6 +679,16 @@ def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
+def warehouse_tables() -> dict[str, TableDef]:
+    """Every table of a warehouse by name: landed (core and typed), histories and replay state, events."""
+    from kraftlog.analytics.definitions import event_tables
+    from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
+
+    tables = [*catalog().all(), *history_tables().values(), replay_ranges_table(), replay_state_table(),
+              *event_tables().values()]
+    return {t.name: t for t in tables}
+
+
 class OutdatedTable(KraftlogError):
     """A landed table written by a kraftlog with another layout (rows of two layouts are never mixed)."""
 
