@@ -376,11 +376,11 @@ def ingest(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None,
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
     config = _config(warehouse, conf_file)
-    # what can be told without Spark is told before it starts
-    find_data_dirs([normalize(p) for p in paths], config.storage.lister(), allow_empty)
+    # what can be told without Spark is told before it starts (and the listing is not done twice)
+    found = find_data_dirs([normalize(p) for p in paths], config.storage.lister(), allow_empty)
     check_warehouse(config.storage, config.warehouse)
     spark = build_session(config)
-    click.echo(run_ingest(spark, list(paths), config, allow_empty=allow_empty).line())
+    click.echo(run_ingest(spark, list(paths), config, allow_empty=allow_empty, found=found).line())
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kraftlog.config import Config
 from kraftlog.errors import ClusterNotFound
 from kraftlog.storage import normalize
-from kraftlog.tables.rows import FileIdentity
+from kraftlog.tables.rows import SHARED_ID, FileIdentity
 from kraftlog.wire.discover import DataDir
 from kraftlog.wire.files import MetaProperties
 
@@ -46,8 +46,7 @@ def same_node_twice(identities: dict[str, tuple[FileIdentity, str | None]]) -> d
             for root in dirs:
                 others = ", ".join(sorted(r for r in dirs if r != root))
                 out[root] = (f"identity conflict: {root} and {others} both claim node {node} of cluster {cluster} "
-                             "with different directory.id: unrelated clusters sharing a cluster id? "
-                             "Name them apart (README: Identity)")
+                             f"with different directory.id; {SHARED_ID}")
     return out
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("KRAFTLOG_SHARED", ROOT.parent / "shared"))
 CORPUS = SHARED / "corpus"
@@ -27,6 +30,17 @@ def load_job(name: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def with_peak(call: Callable[[], T]) -> tuple[T, int]:
+    """``call()``'s result and the peak of the memory it allocated (bytes, as ``tracemalloc`` counts them)."""
+    tracemalloc.start()
+    try:
+        out = call()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return out, peak
 
 
 def need(path: Path) -> Path:

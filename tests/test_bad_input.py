@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import struct
-import tracemalloc
 from pathlib import Path
 
+from conftest import with_peak
 from encoder import batch, control_key, metadata_value, record, uvarint
 
 from kraftlog.schema.registry import load_schemas
@@ -136,14 +136,8 @@ def test_claimed_lengths_are_checked_before_anything_is_allocated() -> None:
     # a ConfigRecord whose name claims 2 GB, and a PartitionRecord whose replica array claims 2^31 entries
     config = uvarint(1) + uvarint(4) + uvarint(0) + b"\x02" + uvarint(2) + b"x" + uvarint(0x7FFFFFFF)
     part = uvarint(1) + uvarint(3) + uvarint(0) + b"\0" * 20 + uvarint(0xFFFFFFF0)
-    tracemalloc.start()
-    try:
-        for raw in (config, part):
-            d = default_codec().decode_metadata(raw)
-            assert d.status == "error"
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    decoded, peak = with_peak(lambda: [default_codec().decode_metadata(raw) for raw in (config, part)])
+    assert [d.status for d in decoded] == ["error", "error"]
     assert peak < 1 << 20
 
 
@@ -152,12 +146,7 @@ def test_huge_record_count_does_not_allocate() -> None:
     struct.pack_into(">i", data, 57, 0x7FFFFFFF)  # recordsCount
     from crc32c import crc32c
     struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
-    tracemalloc.start()
-    try:
-        out = read_log(bytes(data), "f.log")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    out, peak = with_peak(lambda: read_log(bytes(data), "f.log"))
     assert out.errors[0].kind == "bad_count" and peak < 1 << 20
 
 

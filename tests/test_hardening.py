@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import shutil
 import struct
-import tracemalloc
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SCENARIO_A, need
+from conftest import SCENARIO_A, need, with_peak
 from crc32c import crc32c
 
 from kraftlog.wire.batches import HEADER_SIZE, MAX_BATCH_SIZE_BYTES, Batch, iter_batches
@@ -74,12 +73,7 @@ def test_a_gzip_bomb_is_an_error_on_its_batch_and_the_file_before_it_is_kept(tmp
     bomb = _bomb(records, record, last.last_offset + 1, last.partition_leader_epoch)
     assert len(bomb) < 1 << 20  # a small file
     path = _copy(tmp_path, src, data + bomb)
-    tracemalloc.start()
-    try:
-        out = read_file(path)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    out, peak = with_peak(lambda: read_file(path))
     kept = read_file(src)
     assert out.record_count == kept.record_count  # every record before the bomb
     too_many = records > MAX_BATCH_SIZE_BYTES // 7  # found from the header, before decompressing
@@ -112,12 +106,7 @@ def test_every_codec_stops_at_the_limit_whatever_the_stream_holds(codec: int) ->
     header = struct.pack(">qiibIhiqqqhii", 0, HEADER_SIZE - 12 + len(payload), 0, 2, 0, codec, 0, 0, 0, -1, -1, -1, 1)
     data = bytearray(header + payload)
     _with_crc(data, 0)
-    tracemalloc.start()
-    try:
-        out = read_log(bytes(data), "c.log")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    out, peak = with_peak(lambda: read_log(bytes(data), "c.log"))
     assert [(e.kind, e.position) for e in out.errors] == [("compression", HEADER_SIZE)]
     assert "expand past" in out.errors[0].reason and peak < 3 * MAX_BATCH_SIZE_BYTES
 

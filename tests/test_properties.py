@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import base64
-import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import with_peak
 from encoder import Encoder, batch, control_key, metadata_value, record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -126,12 +126,7 @@ def test_mutated_real_files_never_raise_and_stay_within_memory(scenario_a: Path)
     @given(st.sampled_from(range(len(originals))), MUTATIONS)
     def check(which: int, ops: list[tuple[str, int, int]]) -> None:
         data = _mutate(originals[which], ops)
-        tracemalloc.start()
-        try:
-            out = read_log(data, "mutated.log")
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        out, peak = with_peak(lambda: read_log(data, "mutated.log"))
         assert peak < 20 * len(data) + (2 << 20), f"peak {peak} for {len(data)} input bytes"
         for e in out.errors:
             assert e.source == "mutated.log" and 0 <= e.position <= len(data), e

@@ -42,6 +42,11 @@ class _Terminal:
     def send(self, line: str) -> None:
         os.write(self.fd, (line + "\n").encode())
 
+    def ask(self, line: str) -> str:
+        """Type a command; what it prints up to the next prompt."""
+        self.send(line)
+        return self.until("> ")
+
     def close(self) -> int:
         try:
             return self.proc.wait(timeout=30)
@@ -54,31 +59,21 @@ def test_the_shell_prompt_navigates_the_image_and_moves_in_time() -> None:
     t = _Terminal([sys.executable, "-m", "kraftlog.cli", "shell", str(node)])
     try:
         t.until("/image > ")
-        t.send("ls")
-        listing = t.until("> ")
-        assert all(n in listing for n in ("acls", "cluster", "configs", "features", "topics"))
+        assert all(n in t.ask("ls") for n in ("acls", "cluster", "configs", "features", "topics"))
         t.send("cd topics/byName")
         assert "/image/topics/byName > " in t.until("byName > ")
-        t.send("ls")
-        assert "orders" in t.until("> ")
-        t.send("cat orders/0")
-        assert "PartitionRegistration(replicas=" in t.until("> ")
+        assert "orders" in t.ask("ls")
+        assert "PartitionRegistration(replicas=" in t.ask("cat orders/0")
         t.send("cd ../../features")
-        t.send("pwd")
-        assert "/image/features" in t.until("features > ", 30) + t.until("> ")
-        t.send("find /image/cluster/brokers")
-        assert "/image/cluster/brokers/101" in t.until("> ")
+        assert "/image/features" in t.until("features > ", 30) + t.ask("pwd")
+        assert "/image/cluster/brokers/101" in t.ask("find /image/cluster/brokers")
         t.send("at 40")  # back in time: the topic did not exist yet (created at offset 46)
         assert "[offset 40]" in t.until("[offset 40]")
         t.until("> ")
-        t.send("ls /image/topics/byName")
-        assert "orders" not in t.until("> ")
-        t.send("at 2001-01-01T00:00:00Z")  # outside the log: an error, the shell goes on
-        assert "before the first record" in t.until("> ")
-        t.send("cat /image/nowhere")
-        assert "no such node" in t.until("> ")
-        t.send("tree /image/features")
-        assert "metadataVersion:" in t.until("> ")
+        assert "orders" not in t.ask("ls /image/topics/byName")
+        assert "before the first record" in t.ask("at 2001-01-01T00:00:00Z")  # outside the log; the shell goes on
+        assert "no such node" in t.ask("cat /image/nowhere")
+        assert "metadataVersion:" in t.ask("tree /image/features")
         t.send("exit")
         assert t.close() == 0
     finally:

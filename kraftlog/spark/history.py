@@ -119,10 +119,8 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
     t0 = time.time()
     state_table = replay_state_table()
     remade = [t.name for t in output_tables() if store.ensure(t)]
-    if remade and not store.ensure(state_table):  # histories of another layout: nothing to go on from
+    if not store.ensure(state_table) and remade:  # histories of another layout: nothing to go on from
         store.drop(state_table)
-        store.ensure(state_table)
-    else:
         store.ensure(state_table)
     if remade and clusters is not None:
         log.warning("%s created anew: every cluster is rebuilt, not only %s", ", ".join(remade), ", ".join(clusters))

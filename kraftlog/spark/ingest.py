@@ -55,7 +55,7 @@ from kraftlog.tables.copies import DIVERGENCE_SOURCE, SAME_EPOCH, render_diverge
 from kraftlog.tables.definitions import Catalog, catalog
 from kraftlog.tables.rows import INDEX, FileIdentity, KeepSpec, file_layout
 from kraftlog.wire.columns import read_columns
-from kraftlog.wire.discover import find_data_dirs
+from kraftlog.wire.discover import DataDir, find_data_dirs
 
 log = logging.getLogger("kraftlog")
 
@@ -114,21 +114,22 @@ def _divergence_router(run_id: str):  # type: ignore[no-untyped-def]
 
 
 def ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableStore | None = None,
-           allow_empty: bool = False) -> IngestResult:
+           allow_empty: bool = False, found: list[DataDir] | None = None) -> IngestResult:
     """Ingest the KRaft data directories under ``inputs`` into the warehouse of ``config``.
 
     The run holds the warehouse's lease (``kraftlog.lease``): a concurrent run waits for it, up to
     ``[warehouse] lease_wait_seconds``, then fails with ``WarehouseBusy``. Inputs that hold no data
-    directory are a ``NoInputError`` unless ``allow_empty``; a missing input a ``StorageError``.
+    directory are a ``NoInputError`` unless ``allow_empty``; a missing input a ``StorageError``. ``found``:
+    the data directories under ``inputs`` if the caller listed them already (``find_data_dirs``).
     """
     store = store or store_for(spark, config)
     run_id = new_run_id()
     with writing(store, config, run_id, "ingest"):
-        return _ingest(spark, inputs, config, store, run_id, allow_empty)
+        return _ingest(spark, inputs, config, store, run_id, allow_empty, found)
 
 
 def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: TableStore, run_id: str,
-            allow_empty: bool) -> IngestResult:
+            allow_empty: bool, found: list[DataDir] | None) -> IngestResult:
     t0 = time.time()
     run_seq = int(t0 * 1000)
     cat = catalog()
@@ -141,7 +142,8 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
 
     # discover: directory listings (metadata only) and the identities in meta.properties
     storage = store.storage
-    dirs = find_data_dirs([normalize(p) for p in inputs], storage.lister(), allow_empty)
+    dirs = found if found is not None else find_data_dirs([normalize(p) for p in inputs], storage.lister(),
+                                                          allow_empty)
     metas = read_meta_properties([dd.meta_properties.path for dd in dirs if dd.meta_properties], storage)
     inventory: dict[str, _File] = {}
     identities = {}
@@ -383,8 +385,7 @@ def _empty_file_row(path: str, f: _File, run_id: str) -> dict[str, object]:
     """The ledger row of an empty file: no rows, and the problems the reader and the identity find in it."""
     info, snap, _, _ = file_layout(path)
     ident = f.identity
-    errors = ([f"{path}: {ident.problem}"] if ident.problem else []) + [
-        e.describe() for e in read_columns(b"", path).errors]
+    errors = [e.describe() for e in (*ident.errors(path), *read_columns(b"", path).errors)]
     return {"path": path, "cluster_id": ident.cluster_id, "node_id": ident.node_id, "data_dir": ident.data_dir,
             "file_kind": info.kind, "snapshot_id": snap, "deleted_snapshot": info.deleted, "size": 0,
             "modification_time": datetime.fromtimestamp(f.mtime_ms / 1000, UTC), "content_sha256": _EMPTY_SHA256,

@@ -28,13 +28,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kraftlog.tables.definitions import catalog
-from kraftlog.tables.rows import INDEX, FileIndexer, FileRef, file_layout, project, record_json
+from kraftlog.tables.rows import INDEX, SHARED_ID, FileIndexer, FileRef, file_layout, project, record_json
 from kraftlog.wire.columns import LogColumns, read_columns
 from kraftlog.wire.files import decode_value
 from kraftlog.wire.messages import default_codec
 from kraftlog.wire.redact import default_redactor
 
 NO_NODE = np.iinfo(np.int64).max  # unknown node ids sort last
+SAME_EPOCH = "same_epoch_conflict"  # divergence reason: two copies differ at one offset and epoch
 
 # competing copies of one record, best first: (column, direction); unknown (null) values sort last.
 # "trusted": from a batch with a valid CRC and no other problem (INDEX ``crc_valid``); "file": the path
@@ -64,7 +65,7 @@ def _sort_keys(order: tuple[tuple[str, str], ...], columns: Mapping[str, np.ndar
         keys.append(~v if v.dtype == np.bool_ and direction == "desc" else -v.astype(np.int64)
                     if direction == "desc" else v)
     return keys
-SAME_EPOCH = "same_epoch_conflict"  # divergence reason: two copies differ at one offset and epoch
+
 
 # what ``choose`` reports per losing copy: the divergence table's columns (its JSON not yet rendered),
 # plus the losing copy's raw key and value, and whether it is a control record, to render it from
@@ -99,8 +100,7 @@ class Choice:
         for path, offset, winner in zip(*(d[c].to_pylist() for c in ("loser_file", "log_offset", "winner_file")),
                                         strict=True):
             out.setdefault(path, f"identity conflict: records differ from {winner}'s at the same offset and "
-                                 f"epoch (first at offset {offset}): not a copy of the same log; unrelated clusters "
-                                 "sharing a cluster id? Name them apart (README: Identity)")
+                                 f"epoch (first at offset {offset}): not a copy of the same log; {SHARED_ID}")
         return out
 
     @property

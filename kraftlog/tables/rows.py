@@ -51,6 +51,9 @@ CORRUPT_BATCH = "corrupt_batch"  # status of records read from a batch whose CRC
 EVERY_OFFSET = (-(1 << 63), (1 << 63) - 1)  # the range of offsets that holds them all
 
 
+SHARED_ID = "unrelated clusters sharing a cluster id? Name them apart (README: Identity)"
+
+
 @dataclass(frozen=True, slots=True)
 class FileIdentity:
     """Who a file belongs to: cluster, node, data directory (from meta.properties or configuration)."""
@@ -59,6 +62,11 @@ class FileIdentity:
     node_id: int | None
     data_dir: str
     problem: str | None = None  # why the identity is in doubt (meta.properties, a cluster id shared by others)
+
+    def errors(self, path: str, problems: Iterable[str] = ()) -> list[KraftDecodeError]:
+        """The ledger errors of a file of this identity: its doubt, then ``problems`` (copies it contradicts)."""
+        doubts = [self.problem] if self.problem else []
+        return [KraftDecodeError(p, source=path, kind="identity") for p in (*doubts, *problems)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,9 +299,7 @@ class FileLander:
     def _file(self, ref: FileRef, keep: KeepSpec, content_sha256: str, cols: LogColumns, ch: _Chunk) -> None:
         info, snap, source, snap_offset = file_layout(ref.path)
         ident = ref.identity
-        doubts = [ident.problem] if ident.problem else []
-        errors = [KraftDecodeError(p, source=ref.path, kind="identity") for p in (*doubts, *keep.problems)]
-        errors += cols.errors
+        errors = [*ident.errors(ref.path, keep.problems), *cols.errors]
         kept = keep.mask(cols.offset)
         if keep.strict and not kept.all():
             errors.append(_outside(ref.path, keep, cols, kept))

@@ -258,7 +258,7 @@ def iter_batches(data: bytes, source: str = "", *, verify_crc: bool = True, pars
     pos = 0
     mv = memoryview(data)
     order = BatchOrder(expect.first_offset, expect.max_epoch)
-    budget = [EXPANSION_ALLOWANCE + EXPANSION_FACTOR * n]  # decompressed bytes this file may still produce
+    budget = EXPANSION_ALLOWANCE + EXPANSION_FACTOR * n  # decompressed bytes this file may still produce
     ends: list[tuple[bool, bytes | None] | None] = [None, None]  # (control, key) of the first and last record
     while pos < n:
         if n - pos < HEADER_SIZE:
@@ -298,7 +298,7 @@ def iter_batches(data: bytes, source: str = "", *, verify_crc: bool = True, pars
             if disorder is not None:
                 batch.add_error(KraftDecodeError(disorder, source=source, position=pos, kind="out_of_order"))
         if parse_records:
-            _read_records(data, batch, end, source, budget)
+            budget -= _read_records(data, batch, end, source, budget)
             if batch.records:
                 control = bool(attrs & CONTROL_MASK)
                 if ends[0] is None:
@@ -322,29 +322,28 @@ def _out_of_proportion(count: int, size: int, what: str) -> str | None:
             f"{size // MIN_RECORD_SIZE} records ({MIN_RECORD_SIZE} bytes each at least)")
 
 
-def _read_records(data: bytes, batch: Batch, end: int, source: str, budget: list[int]) -> None:
-    """Parse the records of ``batch`` (decompressing them within ``budget[0]`` bytes, which it lowers)."""
+def _read_records(data: bytes, batch: Batch, end: int, source: str, budget: int) -> int:
+    """Parse the records of ``batch``, decompressing them into at most ``budget`` bytes; the bytes decompressed."""
     start = batch.position + HEADER_SIZE
     codec = batch.attributes & COMPRESSION_MASK
     room = MAX_BATCH_SIZE_BYTES if codec else end - start
     too_many = _out_of_proportion(batch.records_count, room, "records (Kafka's largest batch)" if codec else "records")
     if too_many is not None:
         batch.add_error(KraftDecodeError(too_many, source=source, position=batch.position, kind="bad_count"))
-        return
+        return 0
     if codec:
-        limit = min(MAX_BATCH_SIZE_BYTES, budget[0])
+        limit = min(MAX_BATCH_SIZE_BYTES, budget)
         try:
             body = decompress(codec, data[start:end], limit)
         except DecompressionError as e:
             reason = str(e) if limit == MAX_BATCH_SIZE_BYTES else \
                 f"{e}: the file's compressed batches expand past {EXPANSION_FACTOR} times its size"
             batch.add_error(KraftDecodeError(reason, source=source, position=start, kind="compression"))
-            return
-        budget[0] -= len(body)
+            return 0
         too_many = _out_of_proportion(batch.records_count, len(body), "decompressed records")
         if too_many is not None:
             batch.add_error(KraftDecodeError(too_many, source=source, position=batch.position, kind="bad_count"))
-            return
+            return len(body)
         buf, pos, stop, shift = body, 0, len(body), -1
     else:
         buf, pos, stop, shift = data, start, end, 0
@@ -355,6 +354,7 @@ def _read_records(data: bytes, batch: Batch, end: int, source: str, budget: list
         where = e.position if shift == 0 else start
         detail = "" if shift == 0 else f" (byte {e.position} of the decompressed records)"
         batch.add_error(KraftDecodeError(e.message + detail, source=source, position=where, kind="bad_record"))
+    return stop if codec else 0
 
 
 _NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared by the (usual) records without headers
