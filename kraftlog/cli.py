@@ -131,6 +131,18 @@ class _States:
 
         return state_at(self.log, offset, ts)
 
+    def versions(self, kind: str, key: tuple):  # type: ignore[no-untyped-def]
+        """Every version of one entity over the whole log."""
+        if self.store is not None:
+            from kraftlog.spark.history import versions_of
+
+            return versions_of(self.store, self.cluster_id, kind, key)
+        from kraftlog.state.local import replay
+
+        found = []
+        replay(self.log, on_change=lambda c: found.append(c) if (c.kind, c.key) == (kind, key) else None)
+        return found
+
 
 _SOURCES = [
     click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path)),
@@ -221,15 +233,18 @@ def reconstruct(warehouse: str | None, conf_file: str | None, clusters: tuple[st
     _build(functools.partial(run, full=full), warehouse, conf_file, clusters)
 
 
+@click.option("--full", is_flag=True, help="Rebuild every cluster's events (default: go on from the last "
+              "analysis where the histories only went on).")
 @_build_command
-def analyze(warehouse: str | None, conf_file: str | None, clusters: tuple[str, ...]) -> None:
-    """Build the event tables (leader_elections, isr_changes, broker_lifecycle, ...) from the histories.
+def analyze(warehouse: str | None, conf_file: str | None, clusters: tuple[str, ...], full: bool) -> None:
+    """Bring the event tables (leader_elections, isr_changes, broker_lifecycle, ...) up to date with the histories.
 
-    Each event table is replaced in one commit. Run after `kraftlog reconstruct`.
+    A cluster whose histories only went on goes on from its last analysis: events before where they went
+    on stand, later ones and windows still open are rebuilt. Run after `kraftlog reconstruct`.
     """
     from kraftlog.spark.analyze import analyze as run
 
-    _build(run, warehouse, conf_file, clusters)
+    _build(functools.partial(run, full=full), warehouse, conf_file, clusters)
 
 
 @main.command()
@@ -335,13 +350,14 @@ def shell(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None,
           point: str | None, node: str | None, no_redact: bool) -> None:
     """kafka-metadata-shell over the image at any offset or time (not only at a snapshot).
 
-    Without --path: a prompt with ls, cd, pwd, cat, find, tree and `at <point>` to move in time.
+    Without --path: a prompt with ls, cd, pwd, cat, find, tree, `history PATH` (every version of a leaf) and
+    `at <point>` to move in time.
     """
     from kraftlog.state.shell import MetadataShell, image_tree, tree_text
 
     src = _States(paths, warehouse, conf_file, cluster, not no_redact)
     if node is None:
-        MetadataShell(src.at, point).cmdloop()
+        MetadataShell(src.at, point, versions=src.versions).cmdloop()
         return
     tree: object = {"image": image_tree(src.at(point))}
     for part in [p for p in node.split("/") if p]:

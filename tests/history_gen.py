@@ -122,7 +122,7 @@ def meta_record(draw: Any) -> Item:
     elif t == "CONFIG_RECORD":
         rtype = draw(st.sampled_from([2, 4]))
         d = {"resource_type": rtype, "resource_name": draw(st.sampled_from(NAMES if rtype == 2 else ["", "1"])),
-             "name": draw(st.sampled_from(["retention.ms", "cleanup.policy"])),
+             "name": draw(st.sampled_from(["retention.ms", "cleanup.policy", "min.insync.replicas"])),
              "value": draw(st.sampled_from([None, "1", "2"]))}
     elif t == "CLIENT_QUOTA_RECORD":
         d = {"entity": draw(st.sampled_from([[{"entity_type": "user", "entity_name": "u1"}],

@@ -60,7 +60,7 @@ def test_elections(events: dict[str, pd.DataFrame]) -> None:
     assert near(unclean.timestamp, 1795230790898, 1795230792223)
     assert (unclean.previous_leader, unclean.leader, list(unclean.previous_isr), unclean.clean) == (-1, 101, [102],
                                                                                                    False)
-    assert unclean.leader_recovery_state == 1  # RECOVERING
+    assert unclean.leader_recovery_state == "RECOVERING"
     assert one(e[~e.clean]).topic_name == "fragile"  # the only unclean election of the run
     offline = fragile[fragile.kind == "offline"]
     assert near(offline.timestamp.iloc[0], 1795230770801, 1795230775813)  # SIGTERM of 102, the last ISR member

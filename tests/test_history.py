@@ -234,7 +234,7 @@ def test_verify_reports_a_snapshot_that_disagrees_with_the_log(spark: Any, tmp_p
     src = next(snap_dir.glob("*.checkpoint"))
     # the log's epoch (4) at offset 1: the snapshot belongs to this history
     (d / "__cluster_metadata-0" / "00000000000000000002-0000000004.checkpoint").write_bytes(src.read_bytes())
-    difference = "configs (2, 'orders', 'retention.ms'): value: '1000' != '2000'"
+    difference = "configs ('TOPIC', 'orders', 'retention.ms'): value: '1000' != '2000'"
     local = _cli("verify", str(root))
     assert local.exit_code == 1 and difference in local.output
     assert "snapshots checked: 1, with differences: 1" in local.output

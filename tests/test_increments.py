@@ -1,5 +1,5 @@
-"""Incremental history builds: a log that grows goes on from the last build, anything else replays the cluster
-from its base, and the tables always equal a build from scratch."""
+"""Incremental builds: a log that grows goes on from the last build (histories) and the last analysis (events),
+anything else replays or analyses the cluster anew, and the tables always equal a build from scratch."""
 
 from __future__ import annotations
 
@@ -16,14 +16,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from services import table_rows
 
+from kraftlog.analytics.definitions import WINDOW, event_tables, increment_of
 from kraftlog.config import Config
+from kraftlog.spark.analyze import AnalyzeResult, analyze
 from kraftlog.spark.history import ReconstructResult, reconstruct
 from kraftlog.spark.ingest import ingest
 from kraftlog.state.entities import history_tables
 
 pytestmark = pytest.mark.spark
 
-BUILT = [*(t.name for t in history_tables().values()), "replay_ranges", "replay_state"]
+BUILT = [*(t.name for t in history_tables().values()), "replay_ranges", "replay_state", *event_tables(),
+         "analyze_state"]
 
 
 def copy_upto(source: Path, dest: Path, end: int, skip: tuple[str, ...] = ()) -> Path:
@@ -51,27 +54,44 @@ def copy_upto(source: Path, dest: Path, end: int, skip: tuple[str, ...] = ()) ->
 
 
 def land_and_build(spark: Any, inputs: Path, wh: Path, full: bool = False) -> ReconstructResult:
+    return land_build_analyze(spark, inputs, wh, full)[0]
+
+
+def land_build_analyze(spark: Any, inputs: Path, wh: Path, full: bool = False
+                       ) -> tuple[ReconstructResult, AnalyzeResult]:
     config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
     ingest(spark, [str(inputs)], config)
-    return reconstruct(spark, config, full=full)
+    return reconstruct(spark, config, full=full), analyze(spark, config, full=full)
 
 
-def assert_same_as_a_full_build(spark: Any, inputs: Path, wh: Path, scratch: Path) -> None:
-    fresh = scratch / "fresh-wh"
-    shutil.rmtree(fresh, ignore_errors=True)
-    land_and_build(spark, inputs, fresh, full=True)
+def assert_same_as_a_full_build(spark: Any, inputs: Path, wh: Path, scratch: Path, fresh: Path | None = None
+                                ) -> None:
+    """Every built table of ``wh`` equals that of a build from scratch (``fresh``, else one made of ``inputs``)."""
+    if fresh is None:
+        fresh = scratch / "fresh-wh"
+        shutil.rmtree(fresh, ignore_errors=True)
+        land_and_build(spark, inputs, fresh, full=True)
     for name in BUILT:
         assert table_rows(str(wh / name)) == table_rows(str(fresh / name)), name
 
 
-def test_a_growing_log_goes_on_from_the_last_build(spark: Any, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def sample_built(spark: Any, tmp_path_factory: Any) -> Path:
+    """The whole sample built from scratch (the end every incremental test of the sample must reach)."""
+    fresh = tmp_path_factory.mktemp("sample") / "wh"
+    land_build_analyze(spark, SAMPLE, fresh, full=True)
+    return fresh
+
+
+def test_a_growing_log_goes_on_from_the_last_build(spark: Any, tmp_path: Path, sample_built: Path) -> None:
     inputs, wh = tmp_path / "in", tmp_path / "wh"
     first = land_and_build(spark, copy_upto(SAMPLE, inputs, 900), wh)
     assert (first.clusters, first.resumed) == (1, 0)
     for end in (1500, 1 << 40):
-        grown = land_and_build(spark, copy_upto(SAMPLE, inputs, end), wh)
+        grown, events = land_build_analyze(spark, copy_upto(SAMPLE, inputs, end), wh)
         assert (grown.clusters, grown.resumed, grown.unchanged) == (1, 1, 0), grown.line()
-    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+        assert (len(events.plan.going_on), len(events.plan.rebuilt)) == (1, 0), events.line()
+    assert_same_as_a_full_build(spark, inputs, wh, tmp_path, sample_built)
     # nothing new: nothing replayed, nothing committed
     versions = {name: DeltaTable(str(wh / name)).version() for name in BUILT}
     again = land_and_build(spark, inputs, wh)
@@ -79,20 +99,22 @@ def test_a_growing_log_goes_on_from_the_last_build(spark: Any, tmp_path: Path) -
     assert versions == {name: DeltaTable(str(wh / name)).version() for name in BUILT}
 
 
-def test_an_older_segment_arriving_late_replays_the_cluster_from_its_base(spark: Any, tmp_path: Path) -> None:
+def test_an_older_segment_arriving_late_replays_the_cluster_from_its_base(spark: Any, tmp_path: Path,
+                                                                           sample_built: Path) -> None:
     inputs, wh = tmp_path / "in", tmp_path / "wh"
     first = land_and_build(spark, copy_upto(SAMPLE, inputs, 1 << 40, skip=("00000000000000000000.log",)), wh)
     ranges = DeltaTable(str(wh / "replay_ranges")).to_pyarrow_table().to_pylist()
     assert first.clusters == 1 and ranges[0]["base_snapshot_id"] is not None  # the log starts after offset 0
-    late = land_and_build(spark, copy_upto(SAMPLE, inputs, 1 << 40), wh)
+    late, events = land_build_analyze(spark, copy_upto(SAMPLE, inputs, 1 << 40), wh)
     assert (late.clusters, late.resumed) == (1, 0)  # another base: replayed from it, not gone on
+    assert (len(events.plan.going_on), len(events.plan.rebuilt)) == (0, 1)  # another lineage: analysed anew
     assert DeltaTable(str(wh / "replay_ranges")).to_pyarrow_table().to_pylist()[0]["base_snapshot_id"] is None
-    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+    assert_same_as_a_full_build(spark, inputs, wh, tmp_path, sample_built)
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                                   HealthCheck.function_scoped_fixture])
-@given(generated=clusters(n_min=3, n_max=6), cuts=st.lists(st.integers(1, 60), min_size=1, max_size=3, unique=True))
+@given(generated=clusters(n_min=3, n_max=6), cuts=st.lists(st.integers(1, 60), min_size=1, max_size=2, unique=True))
 def test_any_split_of_random_logs_equals_a_build_from_scratch(spark: Any, tmp_path_factory: Any,
                                                               generated: list[GenCluster], cuts: list[int]) -> None:
     source = tmp_path_factory.mktemp("gen")
@@ -121,3 +143,21 @@ def test_going_on_from_an_open_transaction_reports_its_problems_once(spark: Any,
     (ranges,) = DeltaTable(str(wh / "replay_ranges")).to_pyarrow_table().to_pylist()
     assert ranges["problems"] == ["offset 1: BeginTransaction inside the transaction begun at 0"]
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+
+
+def test_windows_open_at_the_cut_are_rebuilt_from_where_they_began(spark: Any, tmp_path: Path,
+                                                                   sample_built: Path) -> None:
+    fresh = sample_built
+    spans = [(r["to_offset"] - r["from_offset"], r["from_offset"], name)
+             for name, t in event_tables().items() if increment_of(t) == WINDOW
+             for r in DeltaTable(str(fresh / name)).to_pyarrow_table().to_pylist() if r["to_offset"] is not None]
+    longest, began, name = max(spans)
+    assert longest > 2, spans
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    land_build_analyze(spark, copy_upto(SAMPLE, inputs, began + 1), wh)  # the window is open at the cut
+    opened = DeltaTable(str(wh / name)).to_pyarrow_table().to_pylist()
+    assert any(r["from_offset"] == began and r["to_offset"] is None for r in opened), name
+    _, events = land_build_analyze(spark, copy_upto(SAMPLE, inputs, 1 << 40), wh)
+    assert len(events.plan.going_on) == 1, events.line()
+    for table in [*event_tables(), "analyze_state"]:
+        assert table_rows(str(wh / table)) == table_rows(str(fresh / table)), table

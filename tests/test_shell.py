@@ -56,7 +56,7 @@ class _Terminal:
 
 def test_the_shell_prompt_navigates_the_image_and_moves_in_time() -> None:
     node = need(SCENARIO_A / "node-2")
-    t = _Terminal([sys.executable, "-m", "kraftlog.cli", "shell", str(node)])
+    t = _Terminal([sys.executable, "-m", "kraftlog.cli", "shell", str(node)])  # history too, from data directories
     try:
         t.until("/image > ")
         assert all(n in t.ask("ls") for n in ("acls", "cluster", "configs", "features", "topics"))
@@ -74,6 +74,12 @@ def test_the_shell_prompt_navigates_the_image_and_moves_in_time() -> None:
         assert "before the first record" in t.ask("at 2001-01-01T00:00:00Z")  # outside the log; the shell goes on
         assert "no such node" in t.ask("cat /image/nowhere")
         assert "metadataVersion:" in t.ask("tree /image/features")
+        t.send("at latest")
+        t.until("> ")
+        versions = t.ask("history /image/topics/byName/orders/0").splitlines()[1:-1]  # one line per version
+        assert versions[0].startswith("offset 47 (") and "partitionEpoch=0)" in versions[0], versions  # its record
+        assert len(versions) > 3 and all("PartitionRegistration(replicas=" in v for v in versions), versions
+        assert "history is kept for the leaves" in t.ask("history /image/topics")
         t.send("exit")
         assert t.close() == 0
     finally:

@@ -68,6 +68,29 @@ def test_read_table_reads_every_kind_of_table(spark: Any, sample_events: Any) ->
         read_table(spark, config, "nope")
 
 
+def test_enum_columns_hold_kafkas_names_in_histories_and_events(sample_events: Any) -> None:
+    from deltalake import DeltaTable
+
+    from kraftlog.schema.registry import load_schemas
+
+    wh, _ = sample_events
+    enums = load_schemas().enums
+    columns = {("configs_history", "resource_type"): "configResourceType",
+               ("config_changes", "resource_type"): "configResourceType",
+               ("acls_history", "resource_type"): "aclResourceType", ("acls_history", "operation"): "aclOperation",
+               ("acls_history", "pattern_type"): "aclPatternType",
+               ("acls_history", "permission_type"): "aclPermissionType",
+               ("acl_changes", "permission"): "aclPermissionType",
+               ("scram_users_history", "mechanism"): "scramMechanism", ("scram_changes", "mechanism"): "scramMechanism",
+               ("partitions_history", "leader_recovery_state"): "leaderRecoveryState",
+               ("leader_elections", "leader_recovery_state"): "leaderRecoveryState"}
+    for (table, column), kind in columns.items():
+        values = set(DeltaTable(str(wh / table)).to_pyarrow_table(columns=[column]).column(column).to_pylist())
+        assert values and values <= set(enums[kind].values()), (table, column, values)
+    configs = DeltaTable(str(wh / "configs_history")).to_pyarrow_table().to_pylist()
+    assert {"TOPIC", "BROKER"} <= {c["resource_type"] for c in configs}  # the sample sets both
+
+
 def test_an_event_table_of_an_older_layout_is_rebuilt_and_a_landed_one_refused(
         spark: Any, sample_events: Any, tmp_path: Path) -> None:
     from click.testing import CliRunner

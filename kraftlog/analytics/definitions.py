@@ -39,9 +39,21 @@ def _window(what: str) -> list[pa.Field]:
             col("open", pa.bool_(), "Still open at the end of the log")]
 
 
-def _table(name: str, description: str, fields: list[pa.Field], key: tuple[str, ...]) -> TableDef:
+# How ``analyze`` keeps a table up to date when a cluster's histories went on (``kraftlog.spark.analyze``):
+POINT = "point"  # rows at log_offset >= the cut are rebuilt from the versions holding from the cut on
+WINDOW = "window"  # rows open or ending at the cut or later are rebuilt, from where the earliest open one began
+CLUSTER = "cluster"  # every row of the cluster is rebuilt
+
+
+def _table(name: str, description: str, fields: list[pa.Field], key: tuple[str, ...], increment: str = CLUSTER
+           ) -> TableDef:
     return TableDef(name, pa.schema([_cluster(), *fields]), description, ("cluster_id", *key), (), "event",
-                    properties={"kraftlog.event": name})
+                    properties={"kraftlog.event": name, "kraftlog.increment": increment})
+
+
+def increment_of(table: TableDef) -> str:
+    """How ``analyze`` brings ``table`` up to date: ``POINT``, ``WINDOW`` or ``CLUSTER``."""
+    return table.properties.get("kraftlog.increment", CLUSTER)
 
 
 @functools.cache
@@ -63,20 +75,20 @@ def event_tables() -> dict[str, TableDef]:
                 "fenced, controlled_shutdown, unregistered, none"),
             col("previous_isr", _INTS, "ISR before"), col("isr", _INTS, "ISR after"),
             col("replicas", _INTS, "Replicas after"),
-            col("leader_recovery_state", pa.int8(), "0 RECOVERED, 1 RECOVERING"),
-        ], ("topic_id", "partition_id", "log_offset")),
+            col("leader_recovery_state", pa.string(), "RECOVERED, or RECOVERING after an unclean election"),
+        ], ("topic_id", "partition_id", "log_offset"), POINT),
         _table("isr_changes", "Every change of a partition's in-sync replica set.", [
             *_at("the change"), *_partition(),
             col("kind", pa.string(), "shrink, expand, or shrink_expand (members both left and joined)"),
             col("isr_before", _INTS, "ISR before"), col("isr_after", _INTS, "ISR after"),
             col("removed", _INTS, "Replicas that left the ISR"), col("added", _INTS, "Replicas that joined the ISR"),
             col("leader", pa.int32(), "Leader after"), col("replicas", _INTS, "Replicas after"),
-        ], ("topic_id", "partition_id", "log_offset")),
+        ], ("topic_id", "partition_id", "log_offset"), POINT),
         _table("under_replicated", "Windows during which a partition's ISR was smaller than its replica set.", [
             *_partition(), *_window("the window"),
             col("min_isr_size", pa.int32(), "Smallest ISR size during the window"),
             col("replicas_count", pa.int32(), "Replica count at the start"),
-        ], ("topic_id", "partition_id", "from_offset")),
+        ], ("topic_id", "partition_id", "from_offset"), WINDOW),
         _table("under_min_isr", "Windows during which a partition's ISR was smaller than the min.insync.replicas "
                "in force (topic config, else the leader broker's dynamic config, else the cluster default, else "
                "Kafka's default 1: static server.properties values are not in the metadata log).", [
@@ -84,7 +96,7 @@ def event_tables() -> dict[str, TableDef]:
             col("min_insync_replicas", pa.int32(), "min.insync.replicas in force at the start"),
             col("config_source", pa.string(), "topic, broker, cluster_default or kafka_default"),
             col("min_isr_size", pa.int32(), "Smallest ISR size during the window"),
-        ], ("topic_id", "partition_id", "from_offset")),
+        ], ("topic_id", "partition_id", "from_offset"), WINDOW),
         _table("broker_lifecycle", "Broker registrations, fencing, unfencing, controlled shutdowns and "
                "unregistrations.", [
             *_at(), col("broker_id", pa.int32(), "Broker"),
@@ -93,7 +105,7 @@ def event_tables() -> dict[str, TableDef]:
             col("broker_epoch", pa.int64(), "Broker epoch (the offset of its registration)"),
             col("incarnation_id", pa.string(), "Incarnation of the broker process"),
             col("fenced", pa.bool_(), "Fenced after the event"),
-        ], ("broker_id", "log_offset", "event")),
+        ], ("broker_id", "log_offset", "event"), POINT),
         _table("broker_fenced_periods", "Periods during which a broker was fenced, and flapping.", [
             col("broker_id", pa.int32(), "Broker"), *_window("the fenced period"),
             col("reason", pa.string(), "startup (registered fenced until caught up), controlled_shutdown, "
@@ -124,17 +136,17 @@ def event_tables() -> dict[str, TableDef]:
             col("directory_id", pa.string(), "Voter directory id"),
             col("endpoints", pa.list_(pa.string()), "Endpoints as NAME://host:port"),
             col("voters_after", _INTS, "The voter set after the change"),
-        ], ("voter_id", "log_offset")),
+        ], ("voter_id", "log_offset"), POINT),
         _table("feature_changes", "Finalized feature levels (metadata.version upgrades and downgrades, ...).", [
             *_at(), col("feature", pa.string(), "Feature name"),
             col("change", pa.string(), "finalized (first seen), upgrade, downgrade, removed, or present_at_start"),
             col("from_level", pa.int16(), "Level before"), col("to_level", pa.int16(), "Level after"),
             col("from_version", pa.string(), "metadata.version before, as a release"),
             col("to_version", pa.string(), "metadata.version after, as a release"),
-        ], ("feature", "log_offset")),
+        ], ("feature", "log_offset"), POINT),
         _table("zk_migration", "ZooKeeper to KRaft migration states (KIP-866).", [
             *_at(), col("from_state", pa.string(), "State before"), col("to_state", pa.string(), "State after"),
-        ], ("log_offset",)),
+        ], ("log_offset",), POINT),
         _table("reassignments", "Partition reassignments, from the first record with adding or removing replicas "
                "to the record that clears them.", [
             *_partition(), *_window("the reassignment"),
@@ -145,7 +157,7 @@ def event_tables() -> dict[str, TableDef]:
             col("adding_replicas", _INTS, "Replicas being added at the start"),
             col("removing_replicas", _INTS, "Replicas being removed at the start"),
             col("final_replicas", _INTS, "Replicas once the reassignment ended"),
-        ], ("topic_id", "partition_id", "from_offset")),
+        ], ("topic_id", "partition_id", "from_offset"), WINDOW),
         _table("topic_lifecycle", "Topics by id: creation, partition count changes, deletion, reuse of a name.", [
             *_at(), col("topic_id", pa.string(), "Topic id"), col("topic_name", pa.string(), "Topic name"),
             col("event", pa.string(), "create, partitions_added, delete, or present_at_start"),
@@ -162,13 +174,13 @@ def event_tables() -> dict[str, TableDef]:
             col("old_value", pa.string(), "Value before (null: not set)"),
             col("new_value", pa.string(), "Value after (null: deleted)"),
             col("redacted", pa.bool_(), "The values are secrets and were redacted"),
-        ], ("resource_type", "resource_name", "name", "log_offset")),
+        ], ("resource_type", "resource_name", "name", "log_offset"), POINT),
         _table("quota_changes", "Client quota changes.", [
             *_at(), col("entity", pa.string(), "Entity as JSON [[type, name], ...] (name null = default)"),
             col("entity_text", pa.string(), "Entity as text: user=alice,client-id=<default>"),
             col("key", pa.string(), "Quota"), col("change", pa.string(), "set, update, delete, or present_at_start"),
             col("old_value", pa.float64(), "Value before"), col("new_value", pa.float64(), "Value after"),
-        ], ("entity", "key", "log_offset")),
+        ], ("entity", "key", "log_offset"), POINT),
         _table("acl_changes", "ACLs created and deleted.", [
             *_at(), col("acl_id", pa.string(), "ACL id"),
             col("change", pa.string(), "created, deleted, updated, or present_at_start"),
@@ -176,7 +188,7 @@ def event_tables() -> dict[str, TableDef]:
             col("resource_name", pa.string(), "Resource"), col("pattern_type", pa.string(), "LITERAL or PREFIXED"),
             col("principal", pa.string(), "Principal"), col("host", pa.string(), "Host"),
             col("operation", pa.string(), "Operation"), col("permission", pa.string(), "ALLOW or DENY"),
-        ], ("acl_id", "log_offset")),
+        ], ("acl_id", "log_offset"), POINT),
         _table("scram_changes", "SCRAM credentials created, updated (a new salt or password) and deleted.", [
             *_at(), col("user_name", pa.string(), "User"),
             col("mechanism", pa.string(), "SCRAM-SHA-256 or SCRAM-SHA-512"),
@@ -184,7 +196,7 @@ def event_tables() -> dict[str, TableDef]:
             col("iterations_before", pa.int32(), "Iterations before"),
             col("iterations", pa.int32(), "Iterations after"),
             col("credential_changed", pa.bool_(), "The credential (salt, keys) changed"),
-        ], ("user_name", "mechanism", "log_offset")),
+        ], ("user_name", "mechanism", "log_offset"), POINT),
         _table("log_health", "The metadata log hour by hour: volume by type, NoOp share, batches, CRC failures, "
                "divergent copies, snapshots written.", [
             col("hour", TS, "Hour (UTC)"),
@@ -214,3 +226,20 @@ def event_tables() -> dict[str, TableDef]:
         ], ("from_offset",)),
     ]
     return {t.name: t for t in tables}
+
+
+@functools.cache
+def analyze_state_table() -> TableDef:
+    """Per cluster: the histories the event tables were last built from, so the next ``analyze`` goes on."""
+    schema = pa.schema([
+        _cluster(),
+        col("lineage", pa.string(), "replay_state.lineage of the histories the events were built from"),
+        col("history_build_id", pa.string(), "replay_state.build_id of those histories"),
+        col("resume_offset", pa.int64(), "replay_state.resume_offset of those histories: every version before it "
+            "was final, so every event before it is"),
+        col("window_floor", pa.int64(), "Where the earliest window still open began (null: none open)"),
+        col("files_seen", pa.int64(), "Ingest ledger rows of the cluster (a new one: the landed tables changed)"),
+        col("build_id", pa.string(), "The analyze run that wrote this row"),
+    ])
+    return TableDef("analyze_state", schema, "Per cluster: what the event tables were built from (incremental "
+                    "analyze).", ("cluster_id",), (), "event")

@@ -17,7 +17,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.analytics.definitions import event_tables
-from kraftlog.schema.registry import load_schemas
 from kraftlog.wire.redact import REDACTED
 
 PARTITION = ["cluster_id", "topic_id", "partition_id"]
@@ -31,6 +30,9 @@ class Inputs:
     histories: Mapping[str, DataFrame]  # entity kind -> <kind>_history rows
     table: Callable[[str], DataFrame]  # landed tables (records, batches, files, divergence, typed tables) by name
     ranges: DataFrame  # replay_ranges
+    # clusters whose histories hold only the versions holding at ``since`` or later (cluster_id, since): an
+    # incremental analysis, whose rows before ``since`` are not rebuilt (``kraftlog.spark.analyze``)
+    since: DataFrame | None = None
 
     def history(self, kind: str) -> DataFrame:
         return self.histories[kind]
@@ -53,18 +55,6 @@ def valid_at(at: Column, valid_from: str = "valid_from_offset", valid_to: str = 
 def seconds_between(start: Column, end: Column) -> Column:
     """Seconds from ``start`` to ``end`` (timestamps), as a double."""
     return (F.unix_micros(end) - F.unix_micros(start)) / 1e6
-
-
-def enum_code(kind: str, name: str) -> int:
-    """The number of Kafka's name ``name`` in enum ``kind`` (``schemas/enums.json``): no magic numbers in rules."""
-    return next(int(k) for k, v in load_schemas().enums[kind].items() if v == name)
-
-
-def enum_name(kind: str, value: Column) -> Column:
-    """The name of an enum value (``schemas/enums.json``), else the value as text."""
-    names = load_schemas().enums[kind]
-    pairs = [F.lit(x) for k, v in sorted(names.items()) for x in (k, v)]
-    return F.coalesce(F.try_element_at(F.create_map(*pairs), value.cast("string")), value.cast("string"))
 
 
 def with_previous(df: DataFrame, keys: list[str]) -> DataFrame:
@@ -149,7 +139,7 @@ def explode_events(df: DataFrame, events: list[tuple[Column, dict[str, Column]]]
 
 def leader_elections(inputs: Inputs) -> DataFrame:
     """Every leader change of a partition, classified by what happened to the previous leader."""
-    recovering = enum_code("leaderRecoveryState", "RECOVERING")
+    recovering = "RECOVERING"
     p = with_previous(inputs.history("partitions"), PARTITION)
     changed = p.filter(F.col("_prev").isNotNull() & (F.col("leader") != F.col("_prev.leader")))
     b = inputs.history("brokers").select(
@@ -216,7 +206,7 @@ def under_replicated(inputs: Inputs) -> DataFrame:
 def under_min_isr(inputs: Inputs) -> DataFrame:
     """Windows with ISR < min.insync.replicas in force, evaluated at every partition change and every change of
     a min.insync.replicas config that applies to the partition."""
-    topic, broker = enum_code("configResourceType", "TOPIC"), enum_code("configResourceType", "BROKER")
+    topic, broker = "TOPIC", "BROKER"
     parts = inputs.history("partitions")
     mir = (inputs.history("configs").filter(F.col("name") == "min.insync.replicas")
            .withColumn("_v", F.col("value").try_cast("int")))
@@ -236,7 +226,14 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
                         | ((F.col("resource_type") == broker)
                            & F.col("resource_name").isin(F.lit(""), F.col("leader").cast("string"))))
                 .select(*PARTITION, "at", "at_time"))
-    points = points.unionByName(affected).distinct()
+    points = points.unionByName(affected)
+    if inputs.since is not None:  # from `since` on: every point, and the state at `since` itself (a point of its own)
+        cut = F.broadcast(inputs.since)
+        at_cut = parts.join(cut, "cluster_id").filter(valid_at(F.col("since"))).select(
+            *PARTITION, F.col("since").alias("at"), F.lit(None).cast("timestamp").alias("at_time"))
+        later = F.col("since").isNull() | (F.col("at") >= F.col("since"))
+        points = points.join(cut, "cluster_id", "left").filter(later).drop("since").unionByName(at_cut)
+    points = points.groupBy(*PARTITION, "at").agg(F.max("at_time").alias("at_time"))
     # the partition and the configs as of each point
     state = parts.select(*[F.col(c).alias(f"_s_{c}") for c in PARTITION], F.col("valid_from_offset").alias("_sf"),
                          F.col("valid_to_offset").alias("_st"), F.col("topic_name").alias("_name"),
@@ -244,7 +241,7 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
     j = points.join(state, [F.col(c) == F.col(f"_s_{c}") for c in PARTITION]
                     + [valid_at(F.col("at"), "_sf", "_st")], "left")
 
-    def config(df: DataFrame, label: str, rtype: int, name: Column) -> DataFrame:
+    def config(df: DataFrame, label: str, rtype: str, name: Column) -> DataFrame:
         c = mir.select(F.col("cluster_id").alias(f"_{label}_c"), F.col("resource_type").alias(f"_{label}_t"),
                        F.col("resource_name").alias(f"_{label}_n"), F.col("valid_from_offset").alias(f"_{label}_f"),
                        F.col("valid_to_offset").alias(f"_{label}_to"), F.col("_v").alias(f"_{label}_v"))
@@ -454,8 +451,7 @@ def _value_changes(inputs: Inputs, kind: str, keys: list[str], value: str) -> Da
 def config_changes(inputs: Inputs) -> DataFrame:
     """Config set / update / delete with old and new values (redacted values stay redacted)."""
     c = _value_changes(inputs, "configs", ["resource_type", "resource_name", "name"], "value")
-    c = (c.withColumn("resource_type", enum_name("configResourceType", F.col("resource_type")))
-         .withColumn("redacted", (F.col("old_value") == REDACTED) | (F.col("new_value") == REDACTED)))
+    c = (c.withColumn("redacted", (F.col("old_value") == REDACTED) | (F.col("new_value") == REDACTED)))
     return select_table(c.withColumn("redacted", F.coalesce("redacted", F.lit(False))), "config_changes")
 
 
@@ -471,10 +467,7 @@ def quota_changes(inputs: Inputs) -> DataFrame:
 def acl_changes(inputs: Inputs) -> DataFrame:
     """ACL bindings created and deleted, with enum values as names."""
     events = version_events(inputs, "acls", ["acl_id"], ("created", "updated", "deleted"))
-    events = (events.withColumn("resource_type", enum_name("aclResourceType", F.col("resource_type")))
-              .withColumn("pattern_type", enum_name("aclPatternType", F.col("pattern_type")))
-              .withColumn("operation", enum_name("aclOperation", F.col("operation")))
-              .withColumn("permission", enum_name("aclPermissionType", F.col("permission_type"))))
+    events = events.withColumn("permission", F.col("permission_type"))
     return select_table(events, "acl_changes")
 
 
@@ -487,8 +480,7 @@ def scram_changes(inputs: Inputs) -> DataFrame:
         gone={"iterations_before": F.col("iterations"), "iterations": F.lit(None).cast("int")},
         on_start={"credential_changed": F.lit(False)},
         on_update={"credential_changed": F.col("credential_hash") != F.col("_prev.credential_hash")})
-    events = events.withColumn("user_name", F.col("name")).withColumn("mechanism",
-                                                                 enum_name("scramMechanism", F.col("mechanism")))
+    events = events.withColumn("user_name", F.col("name"))
     return select_table(events, "scram_changes")
 
 

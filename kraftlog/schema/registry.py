@@ -63,6 +63,10 @@ class SchemaSet:
                 return m
         raise KeyError(name)
 
+    def enum_name(self, kind: str, value: int) -> str:
+        """Kafka's name of ``value`` in enum ``kind`` (``schemas/enums.json``); the number as text if unknown."""
+        return self.enums[kind].get(str(value), str(value))
+
     def metadata_version_name(self, level: int) -> str:
         """``3.9-IV0`` for feature level 21; ``level 99`` for levels newer than the schemas."""
         return self.enums["metadataVersion"].get(str(level), f"level {level}")

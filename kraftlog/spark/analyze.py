@@ -1,35 +1,160 @@
-"""Build the event tables from a warehouse's histories and landed tables (``kraftlog analyze``)."""
+"""Build the event tables from a warehouse's histories and landed tables (``kraftlog analyze``).
+
+A run leaves, per cluster, an ``analyze_state`` row: the lineage, build and resume offset of the histories
+the events were built from, where the earliest still-open window began, and how many ingest ledger rows
+the cluster had. The next run compares each cluster with that row and the current ``replay_state``:
+
+* **unchanged**: the same history build and no new ledger row: nothing to do;
+* **go on**: the same lineage (the histories only went on since): every version before the last resume
+  offset ``R`` was final then and still is, so every event before ``R`` still stands. Each table is kept
+  up to date by its kind (``kraftlog.analytics.definitions``): ``POINT`` tables rebuild their rows at
+  ``log_offset >= R`` from the versions holding at ``R`` or later; ``WINDOW`` tables rebuild the windows
+  open or ending at ``R`` or later, from the versions holding at the earliest such window's start;
+  ``CLUSTER`` tables rebuild the cluster's rows;
+* **rebuild**: anything else (another lineage, no state): every event row of the cluster is rebuilt.
+
+Either way the tables end equal to a build from scratch (``tests/test_increments.py``).
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from kraftlog.analytics.definitions import event_tables
+from kraftlog.analytics.definitions import CLUSTER, POINT, WINDOW, analyze_state_table, event_tables, increment_of
 from kraftlog.analytics.events import BUILDERS, Inputs
 from kraftlog.config import Config
-from kraftlog.spark.history import built_clusters, cluster_predicate, landed, read_histories
+from kraftlog.spark.history import built_clusters, landed, read_histories
+from kraftlog.spark.increments import cluster_predicate, sql_literal
 from kraftlog.spark.store import TableStore, new_run_id, store_for, writing
-from kraftlog.state.entities import replay_ranges_table
+from kraftlog.state.entities import replay_ranges_table, replay_state_table
+from kraftlog.tables.definitions import TableDef, catalog
 
 log = logging.getLogger("kraftlog")
 
 
-def inputs(store: TableStore, clusters: list[str] | None = None) -> Inputs:
-    """The histories, landed tables and replay ranges of a store (only ``clusters`` if given)."""
-    source = landed(store)
-    histories = read_histories(store)
-    ranges = store.read(replay_ranges_table())
-    if clusters is None:
+@dataclass(frozen=True)
+class Cut:
+    """Where a cluster's events go on: ``resume`` (every event before it stands) and ``floor`` (where the
+    earliest window open at ``resume`` began)."""
+
+    resume: int
+    floor: int
+
+
+@dataclass
+class EventPlan:
+    """What one ``analyze`` rebuilds, per cluster (see the module docstring)."""
+
+    everything: bool  # no usable state: every table replaced whole
+    rebuilt: list[str] = field(default_factory=list)
+    going_on: dict[str, Cut] = field(default_factory=dict)
+    unchanged: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+
+    @property
+    def clusters(self) -> list[str]:
+        """The clusters whose events this run writes."""
+        return [*self.rebuilt, *self.going_on]
+
+    def rows(self, increment: str) -> str | None:
+        """The rows of a table of kind ``increment`` this run replaces (SQL; None: all of them)."""
+        if self.everything:
+            return None
+        whole = [*self.rebuilt, *self.gone]
+        if increment == CLUSTER:
+            whole += list(self.going_on)
+        parts = [cluster_predicate(whole)] if whole else []
+        for c, cut in self.going_on.items() if increment != CLUSTER else ():
+            later = f"log_offset >= {cut.resume}" if increment == POINT else \
+                f"(to_offset IS NULL OR to_offset >= {cut.resume})"
+            parts.append(f"(cluster_id = {sql_literal(c)} AND {later})")
+        return " OR ".join(f"({p})" for p in parts) if parts else "false"
+
+    def since(self, increment: str) -> dict[str, int]:
+        """Per cluster going on, the offset from which a table of kind ``increment`` reads its versions."""
+        if increment == CLUSTER:
+            return {}
+        return {c: cut.resume if increment == POINT else min(cut.resume, cut.floor) for c, cut in self.going_on.items()}
+
+    def versions(self, increment: str) -> str | None:
+        """The history rows a table of kind ``increment`` is built from (SQL; None: all of them)."""
+        if self.everything:
+            return None
+        whole = self.rebuilt if increment != CLUSTER else self.clusters
+        parts = [cluster_predicate(whole)] if whole else []
+        for c, since in self.since(increment).items():
+            parts.append(f"(cluster_id = {sql_literal(c)} AND (valid_to_offset IS NULL OR valid_to_offset >= {since}))")
+        return " OR ".join(f"({p})" for p in parts) if parts else "false"
+
+    def line(self) -> str:
+        if self.everything:
+            return "every cluster analysed from scratch"
+        return (f"{len(self.going_on)} cluster(s) go on from their last analysis, {len(self.rebuilt)} analysed "
+                f"anew, {len(self.unchanged)} unchanged, {len(self.gone)} gone")
+
+
+def plan_events(store: TableStore, clusters: list[str] | None, everything: bool) -> EventPlan:
+    """Compare each cluster's histories and ledger with what its last analysis saw (the module docstring)."""
+    def by_cluster(df: DataFrame) -> dict[str, dict[str, Any]]:
+        if clusters is not None:
+            df = df.filter(F.col("cluster_id").isin(clusters))
+        return {r["cluster_id"]: r.asDict() for r in df.collect()}
+
+    current = by_cluster(store.read(replay_state_table()))
+    if everything:
+        return EventPlan(True, rebuilt=sorted(current))
+    previous = by_cluster(store.read(analyze_state_table()))
+    files = files_seen(store, clusters)
+    plan = EventPlan(False, gone=sorted(set(previous) - set(current)))
+    for c, now in sorted(current.items()):
+        was = previous.get(c)
+        if was is None or was["lineage"] != now["lineage"] or was["resume_offset"] is None \
+                or now["resume_offset"] is None:
+            plan.rebuilt.append(c)
+        elif was["history_build_id"] == now["build_id"] and was["files_seen"] == files.get(c, 0):
+            plan.unchanged.append(c)
+        else:
+            resume = was["resume_offset"]
+            floor = was["window_floor"] if was["window_floor"] is not None else resume
+            plan.going_on[c] = Cut(resume, floor)
+    return plan
+
+
+def files_seen(store: TableStore, clusters: list[str] | None = None) -> dict[str, int]:
+    """Ingest ledger rows per cluster (the ledger only grows: a new row means the landed tables changed)."""
+    files = store.read(catalog()["files"])
+    if clusters is not None:
+        files = files.filter(F.col("cluster_id").isin(clusters))
+    return {r["cluster_id"]: r["n"] for r in files.groupBy("cluster_id").agg(F.count("*").alias("n")).collect()}
+
+
+def inputs(store: TableStore, clusters: list[str] | None = None, versions: str | None = None,
+           read: Inputs | None = None, since: dict[str, int] | None = None) -> Inputs:
+    """The histories, landed tables and replay ranges of a store: only ``clusters`` if given, and only the
+    history rows matching ``versions`` (SQL) if given, which hold from ``since`` on in those clusters.
+    ``read``: the store's tables already read (``inputs()``)."""
+    if read is None:
+        read = Inputs(read_histories(store), functools.cache(landed(store)), store.read(replay_ranges_table()))
+    source, histories, ranges = read.table, read.histories, read.ranges
+    if clusters is None and versions is None:
         return Inputs(histories, source, ranges)
 
     def only(df: DataFrame) -> DataFrame:
-        return df.filter(df["cluster_id"].isin(clusters))
+        return df if clusters is None else df.filter(df["cluster_id"].isin(clusters))
 
-    return Inputs({k: only(v) for k, v in histories.items()}, lambda name: only(source(name)), only(ranges))
+    def rows(df: DataFrame) -> DataFrame:
+        return only(df) if versions is None else df.filter(F.expr(versions))
+
+    cut = store.spark.createDataFrame(list(since.items()), "cluster_id string, since long") if since else None
+    return Inputs({k: rows(v) for k, v in histories.items()}, lambda name: only(source(name)), only(ranges), cut)
 
 
 def event_frames(x: Inputs, names: list[str] | None = None) -> dict[str, DataFrame]:
@@ -37,39 +162,90 @@ def event_frames(x: Inputs, names: list[str] | None = None) -> dict[str, DataFra
     return {name: BUILDERS[name](x) for name in (names or list(event_tables()))}
 
 
+def planned_frames(store: TableStore, plan: EventPlan) -> list[tuple[TableDef, DataFrame, str | None]]:
+    """Per event table with rows to replace: its frame (only those rows) and the SQL of the rows it replaces."""
+    out = []
+    every = inputs(store)
+    by_kind = {kind: inputs(store, None if plan.everything else plan.clusters, plan.versions(kind), every,
+                            plan.since(kind)) for kind in (POINT, WINDOW, CLUSTER)}
+    for name, t in event_tables().items():
+        where = plan.rows(increment_of(t))
+        if where == "false":
+            continue
+        df = BUILDERS[name](by_kind[increment_of(t)])
+        out.append((t, df if where is None else df.filter(F.expr(where)), where))
+    return out
+
+
 @dataclass
 class AnalyzeResult:
     build_id: str
     rows: dict[str, int]
     seconds: float
+    plan: EventPlan = field(default_factory=lambda: EventPlan(True))
 
     def line(self) -> str:
         parts = ", ".join(f"{k} {v}" for k, v in self.rows.items() if v)
-        return f"analyze {self.build_id}: {sum(self.rows.values())} event rows in {self.seconds:.1f}s ({parts})"
+        return (f"analyze {self.build_id}: {self.plan.line()}; {sum(self.rows.values())} event rows written in "
+                f"{self.seconds:.1f}s" + (f" ({parts})" if parts else ""))
 
 
 def analyze(spark: SparkSession, config: Config, store: TableStore | None = None,
-            clusters: list[str] | None = None) -> AnalyzeResult:
-    """Build every event table from the histories (run ``reconstruct`` first) and replace them."""
+            clusters: list[str] | None = None, full: bool = False) -> AnalyzeResult:
+    """Bring the event tables up to date with the histories (run ``reconstruct`` first): clusters whose
+    histories went on go on from their last analysis; ``full`` rebuilds every cluster's events."""
     store = store or store_for(spark, config)
     built_clusters(store)  # a clear error when there are no histories yet
     build_id = new_run_id()
     with writing(store, config, build_id, "analyze"):
-        return _analyze(spark, store, build_id, clusters)
+        return _analyze(spark, store, build_id, clusters, full)
 
 
-def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: list[str] | None) -> AnalyzeResult:
+def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: list[str] | None, full: bool
+             ) -> AnalyzeResult:
     t0 = time.time()
     tables = event_tables()
-    remade = [t.name for t in tables.values() if store.ensure(t)]
+    state_table = analyze_state_table()
+    remade = [t.name for t in [*tables.values(), state_table] if store.ensure(t)]
     if remade and clusters is not None:
         log.warning("%s created anew: every cluster is analysed, not only %s", ", ".join(remade), ", ".join(clusters))
         clusters = None
-    frames = [(tables[name], df) for name, df in event_frames(inputs(store, clusters)).items()]
-    rows = store.replace(frames, build_id, cluster_predicate(clusters))
+    plan = plan_events(store, clusters, everything=(full or bool(remade)) and clusters is None)
+    if full and clusters is not None:
+        plan.rebuilt, plan.going_on, plan.unchanged = sorted([*plan.clusters, *plan.unchanged]), {}, []
+    log.info("analyze: %s", plan.line())
+    rows = {name: 0 for name in tables}
+    rows.update(store.replace(planned_frames(store, plan), build_id))
+    if plan.clusters or plan.gone:
+        state = pa.Table.from_pylist(state_rows(spark, store, plan, build_id), schema=state_table.schema)
+        where = None if plan.everything else cluster_predicate([*plan.clusters, *plan.gone])
+        store.overwrite(state_table, store.stage_small(state_table, state, build_id), build_id, where)
     for name, n in rows.items():
         log.info("%s: %d rows", name, n)
-    return AnalyzeResult(build_id, rows, time.time() - t0)
+    return AnalyzeResult(build_id, rows, time.time() - t0, plan)
+
+
+def state_rows(spark: SparkSession, store: TableStore, plan: EventPlan, build_id: str) -> list[dict[str, Any]]:
+    """The ``analyze_state`` rows of the clusters this run analysed."""
+    wanted = plan.clusters
+    current = {r["cluster_id"]: r for r in store.read(replay_state_table())
+               .filter(F.col("cluster_id").isin(wanted)).collect()}
+    files, floors = files_seen(store, wanted), window_floors(store, wanted)
+    return [{"cluster_id": c, "lineage": current[c]["lineage"], "history_build_id": current[c]["build_id"],
+             "resume_offset": current[c]["resume_offset"], "window_floor": floors.get(c),
+             "files_seen": files.get(c, 0), "build_id": build_id}
+            for c in wanted if c in current]
+
+
+def window_floors(store: TableStore, clusters: list[str]) -> dict[str, int]:
+    """Per cluster, where the earliest window still open in any ``WINDOW`` table began."""
+    opened: Column = F.col("to_offset").isNull() & F.col("cluster_id").isin(clusters)
+    parts = [store.read(t).filter(opened).select("cluster_id", "from_offset")
+             for t in event_tables().values() if increment_of(t) == WINDOW]
+    union = parts[0]
+    for p in parts[1:]:
+        union = union.unionByName(p)
+    return {r["cluster_id"]: r["f"] for r in union.groupBy("cluster_id").agg(F.min("from_offset").alias("f")).collect()}
 
 
 def read_events(store: TableStore) -> dict[str, DataFrame]:

@@ -41,7 +41,7 @@ from kraftlog.spark.replay import (
 from kraftlog.spark.store import StagedFile, TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table, replay_state_table
 from kraftlog.state.local import Difference, SnapshotCheck
-from kraftlog.state.replay import Image
+from kraftlog.state.replay import Change, Image
 from kraftlog.tables.definitions import catalog
 
 log = logging.getLogger("kraftlog")
@@ -211,6 +211,25 @@ def image_at(store: TableStore, cluster_id: str, offset: int | None = None, time
                          & (F.col("log_offset") == offset)).select(F.unix_millis("timestamp").alias("ms")).first())
     ts = at["ms"] if at is not None else (r["base_ms"] or 0)
     return to_image(state_at(read_histories(store), cluster_id, offset, kinds), offset, ts)
+
+
+def versions_of(store: TableStore, cluster_id: str, kind: str, key: tuple[Any, ...]) -> list[Change]:
+    """Every version of one entity, in offset order, as the replay's changes (a delete: ``value`` None)."""
+    k = BY_NAME[kind]
+    match = F.col("cluster_id") == cluster_id
+    for name, value in zip(k.key_names, key, strict=True):
+        match &= F.col(name) == value
+    rows = (store.read(history_tables()[kind]).filter(match)
+            .select(*k.value_names, "valid_from_offset", F.unix_millis("valid_from").alias("_from"),
+                    "valid_to_offset", F.unix_millis("valid_to").alias("_to"), "ended_by")
+            .orderBy("valid_from_offset").collect())
+    out = []
+    for r in rows:
+        d = r.asDict(recursive=True)
+        out.append(Change(kind, key, {c: d[c] for c in k.value_names}, d["valid_from_offset"], d["_from"] or 0))
+        if d["ended_by"] == "delete":
+            out.append(Change(kind, key, None, d["valid_to_offset"], d["_to"] or 0))
+    return out
 
 
 def diff(histories: History, cluster_id: str, a: int, b: int, kinds: Iterable[str] | None = None) -> DataFrame:

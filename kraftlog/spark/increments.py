@@ -41,6 +41,7 @@ class Plan:
     gone: list[str] = field(default_factory=list)
     state: DataFrame | None = None
     digests: dict[str, tuple[int, int]] = field(default_factory=dict)  # cluster -> (records, digest) applied now
+    lineages: dict[str, str] = field(default_factory=dict)  # clusters going on -> their lineage
     from_scratch: bool = False  # no build state at all (a new warehouse, or one built before replay_state)
 
     def history_where(self) -> str | None:
@@ -60,10 +61,10 @@ class Plan:
 
 def cluster_predicate(clusters: list[str] | None) -> str | None:
     """``cluster_id IN (...)`` for a partial rebuild (None: everything)."""
-    return None if clusters is None else "cluster_id IN (" + ", ".join(_sql(c) for c in clusters) + ")"
+    return None if clusters is None else "cluster_id IN (" + ", ".join(sql_literal(c) for c in clusters) + ")"
 
 
-def _sql(text: str) -> str:
+def sql_literal(text: str) -> str:
     """A cluster id as a SQL string literal (ids with quotes or backslashes are refused, not escaped:
     delta-rs and Spark SQL escape them differently)."""
     if "'" in text or "\\" in text:
@@ -120,6 +121,7 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, bases
         elif verdict == "go on":
             assert p is not None
             go_on[b.cluster_id] = p["resume_offset"]
+            plan.lineages[b.cluster_id] = p["lineage"]
         else:
             plan.rebuilt.append(b.cluster_id)
             plan.run.append(b)
@@ -163,5 +165,6 @@ def state_table_rows(plan: Plan, ranges: list[dict[str, Any]], build_id: str) ->
             last + 1 if last is not None else None)
         out.append({"cluster_id": r["cluster_id"], "base_snapshot_id": r["base_snapshot_id"],
                     "first_offset": r["first_offset"], "last_offset": last, "resume_offset": resume,
-                    "applied_records": n, "applied_digest": d, "build_id": build_id})
+                    "applied_records": n, "applied_digest": d, "build_id": build_id,
+                    "lineage": plan.lineages.get(r["cluster_id"], build_id)})
     return out

@@ -14,11 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kraftlog.analytics.definitions import event_tables
 from kraftlog.config import Config
-from kraftlog.spark.store import TableStore, new_run_id, writing
-from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
-from kraftlog.tables.definitions import TableDef, catalog
+from kraftlog.spark.store import TableStore, new_run_id, warehouse_tables, writing
+from kraftlog.tables.definitions import TableDef
 
 log = logging.getLogger("kraftlog")
 
@@ -42,9 +40,8 @@ class MaintainResult:
 
 
 def all_tables() -> list[TableDef]:
-    """Every table kraftlog writes: landed, histories, replay ranges, events."""
-    return [*catalog().all(), *history_tables().values(), replay_ranges_table(), replay_state_table(),
-            *event_tables().values()]
+    """Every table kraftlog writes: landed, histories, replay state, events."""
+    return list(warehouse_tables().values())
 
 
 def z_order_columns(table: TableDef) -> list[str]:

@@ -27,6 +27,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -346,25 +347,28 @@ class TableStore(ABC):
         root, prefix = self.stage_root(table, run_id)
         return [write_parquet(table.name, root, data.cast(table.schema), self.storage, prefix)]
 
-    def replace(self, frames: list[tuple[TableDef, DataFrame]], build_id: str, where: str | None = None
+    def replace(self, frames: list[tuple[TableDef, DataFrame, str | None]], build_id: str, jobs: int = 4
                 ) -> dict[str, int]:
-        """Replace derived tables (histories, events) with the rows of their DataFrames; row counts by table.
+        """Replace rows of derived tables (histories, events) with the rows of their DataFrames; row counts by
+        table. Each frame comes with ``where``: the SQL predicate of the rows it replaces (None: all).
 
-        One Spark job per table computes its frame and executors write the files; then each table gets one
-        commit that swaps its contents, so a reader sees the previous build or this one, never a mix
-        (a build killed before its commits leaves only unreferenced files, removed by VACUUM). With
-        ``where`` (a SQL predicate, e.g. on cluster_id) only the rows matching it are replaced.
+        One Spark job per table computes its frame and executors write the files (``jobs`` of them at a time:
+        small tables cost scheduling, not cores); then each table gets its commit, so a reader sees the
+        previous build or this one (a build killed before its commits leaves only unreferenced files, removed
+        by VACUUM).
         """
-        tables = [t for t, _ in frames]
-        for t in tables:
+        for t, _, _ in frames:
             self.ensure(t)
         n = max(1, default_parallelism(self.spark))
-        files: list[StagedFile] = []
-        for t, df in frames:  # one narrow job per table: Arrow conversion of wide null structs is slow
-            files += self.stage(df.select(*t.columns).coalesce(n), [t], _whole(t.name), build_id)
-        for t in tables:
-            self.overwrite(t, [f for f in files if f.table == t.name], build_id, where)
-        return {t.name: sum(f.num_records for f in files if f.table == t.name) for t in tables}
+
+        def stage(t: TableDef, df: DataFrame) -> list[StagedFile]:  # one narrow job per table: Arrow conversion
+            return self.stage(df.select(*t.columns).coalesce(n), [t], _whole(t.name), build_id)  # of wide structs
+
+        with ThreadPoolExecutor(max(1, jobs)) as pool:
+            staged = list(pool.map(lambda f: stage(f[0], f[1]), frames))
+        for (t, _, where), files in zip(frames, staged, strict=True):
+            self.overwrite(t, files, build_id, where)
+        return {t.name: sum(f.num_records for f in files) for (t, _, _), files in zip(frames, staged, strict=True)}
 
     @abstractmethod
     def ensure(self, table: TableDef) -> bool:
@@ -681,11 +685,11 @@ def new_run_id() -> str:
 
 def warehouse_tables() -> dict[str, TableDef]:
     """Every table of a warehouse by name: landed (core and typed), histories and replay state, events."""
-    from kraftlog.analytics.definitions import event_tables
+    from kraftlog.analytics.definitions import analyze_state_table, event_tables
     from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
 
     tables = [*catalog().all(), *history_tables().values(), replay_ranges_table(), replay_state_table(),
-              *event_tables().values()]
+              *event_tables().values(), analyze_state_table()]
     return {t.name: t for t in tables}
 
 

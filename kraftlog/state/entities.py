@@ -92,13 +92,13 @@ KINDS: tuple[EntityKind, ...] = (
         col("elr", _INTS, "Eligible leader replicas (KIP-966)"),
         col("last_known_elr", _INTS, "Last known ELR"),
         col("leader", pa.int32(), "Leader (-1: none)"),
-        col("leader_recovery_state", pa.int8(), "0 RECOVERED, 1 RECOVERING (after an unclean election)"),
+        col("leader_recovery_state", pa.string(), "RECOVERED, or RECOVERING after an unclean election"),
         col("leader_epoch", pa.int32(), "Leader epoch (computed as Kafka does)"),
         col("partition_epoch", pa.int32(), "Partition epoch (computed as Kafka does)"),
         col("directories", _STRINGS, "Log directory of each replica (MIGRATING / UNASSIGNED ids where unknown)"),
     ), "Partition registrations (PartitionRecord, PartitionChangeRecord, ClearElr, RemoveTopic)."),
-    EntityKind("configs", (col("resource_type", pa.int8(), "2 TOPIC, 4 BROKER, 8 BROKER_LOGGER, 16 CLIENT_METRICS, "
-                              "32 GROUP"),
+    EntityKind("configs", (col("resource_type", pa.string(), "TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS or "
+                              "GROUP"),
                            col("resource_name", pa.string(), "Resource name (\"\" = cluster default broker config)"),
                            col("name", pa.string(), "Config key")), (
         col("value", pa.string(), "Value; (redacted) where sensitive"),
@@ -109,15 +109,15 @@ KINDS: tuple[EntityKind, ...] = (
         col("value", pa.float64(), "Quota value"),
     ), "Client quotas (ClientQuotaRecord)."),
     EntityKind("acls", (col("acl_id", pa.string(), "ACL id"),), (
-        col("resource_type", pa.int8(), "2 TOPIC, 3 GROUP, 4 CLUSTER, 5 TRANSACTIONAL_ID, 6 DELEGATION_TOKEN, 7 USER"),
+        col("resource_type", pa.string(), "TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, DELEGATION_TOKEN or USER"),
         col("resource_name", pa.string(), "Resource name"),
-        col("pattern_type", pa.int8(), "3 LITERAL, 4 PREFIXED"),
+        col("pattern_type", pa.string(), "LITERAL or PREFIXED"),
         col("principal", pa.string(), "Principal"),
         col("host", pa.string(), "Host"),
-        col("operation", pa.int8(), "2 ALL ... 15 TWO_PHASE_COMMIT"),
-        col("permission_type", pa.int8(), "2 DENY, 3 ALLOW"),
+        col("operation", pa.string(), "ALL, READ, WRITE, ... TWO_PHASE_COMMIT"),
+        col("permission_type", pa.string(), "DENY or ALLOW"),
     ), "ACLs (KIP-801)."),
-    EntityKind("scram_users", (col("mechanism", pa.int8(), "1 SCRAM-SHA-256, 2 SCRAM-SHA-512"),
+    EntityKind("scram_users", (col("mechanism", pa.string(), "SCRAM-SHA-256 or SCRAM-SHA-512"),
                                col("name", pa.string(), "User")), (
         col("iterations", pa.int32(), "Iterations"),
         col("credential_hash", pa.int64(), "Fingerprint of the credential record (salt and keys stay redacted)"),
@@ -198,6 +198,8 @@ def replay_state_table() -> TableDef:
         col("applied_digest", pa.int64(), "Order-free digest (xor of xxhash64 of offset, epoch and value hash) of "
             "those records: a landed row that changed since makes the next build replay the cluster from its base"),
         col("build_id", pa.string(), "The history build that wrote this row"),
+        col("lineage", pa.string(), "The build that last replayed the cluster from its base (builds going on keep "
+            "it): histories of one lineage differ only from the resume offsets on"),
     ])
     return TableDef("replay_state", schema, "Per cluster: where the entity histories stop and a digest of the "
                     "log they were built from (incremental builds).", ("cluster_id",), (), "history")

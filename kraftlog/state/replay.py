@@ -123,6 +123,7 @@ class Replayer:
         self._control = control_types()
         self._mv_names = load_schemas().enums["metadataVersion"]
         self._zk_names = load_schemas().enums["zkMigrationState"]
+        self._name = load_schemas().enum_name  # enum values enter the image as Kafka's names
         self._dispatch: dict[str | None, Callable[[Value, int, int, int | None], object]] = {
             "REGISTER_BROKER_RECORD": self._register_broker,
             "UNREGISTER_BROKER_RECORD": self._unregister_broker,
@@ -166,11 +167,11 @@ class Replayer:
         self._set("producer_ids", (), {"next_producer_id": d["next_producer_id"]}, offset, ts)
 
     def _scram_credential(self, d: Value, offset: int, ts: int, value_hash: int | None) -> None:
-        self._set("scram_users", (d["mechanism"], d["name"]),
+        self._set("scram_users", (self._name("scramMechanism", d["mechanism"]), d["name"]),
                   {"iterations": d["iterations"], "credential_hash": value_hash}, offset, ts)
 
     def _remove_scram_credential(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
-        self._delete("scram_users", (d["mechanism"], d["name"]), offset, ts)
+        self._delete("scram_users", (self._name("scramMechanism", d["mechanism"]), d["name"]), offset, ts)
 
     def _delegation_token(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
         self._set("delegation_tokens", (d["token_id"],), {
@@ -359,7 +360,8 @@ class Replayer:
             "topic_name": topic["name"], "replicas": replicas, "isr": list(d["isr"]),
             "removing_replicas": list(d["removing_replicas"]), "adding_replicas": list(d["adding_replicas"]),
             "elr": list(d.get("eligible_leader_replicas") or []), "last_known_elr": list(d.get("last_known_elr") or []),
-            "leader": d["leader"], "leader_recovery_state": d.get("leader_recovery_state", 0),
+            "leader": d["leader"],
+            "leader_recovery_state": self._name("leaderRecoveryState", d.get("leader_recovery_state", 0)),
             "leader_epoch": d["leader_epoch"], "partition_epoch": d["partition_epoch"],
             "directories": _default_to_migrating(dirs, len(replicas))}, o, t)
 
@@ -399,7 +401,7 @@ class Replayer:
             if recovery not in (0, 1):
                 self.problems.append(f"offset {o}: invalid leader recovery state {recovery}")
                 return
-            new["leader_recovery_state"] = recovery
+            new["leader_recovery_state"] = self._name("leaderRecoveryState", recovery)
         new["partition_epoch"] = p["partition_epoch"] + 1
         self._set("partitions", key, new, o, t)
 
@@ -427,12 +429,12 @@ class Replayer:
         for key in sorted(k for k in self.image.entities["partitions"] if k[0] == tid):
             self._delete("partitions", key, o, t)
         self._delete("topics", (tid,), o, t)
-        for key in sorted(k for k in self.image.entities["configs"] if k[0] == 2 and k[1] == topic["name"]):
+        for key in sorted(k for k in self.image.entities["configs"] if k[0] == "TOPIC" and k[1] == topic["name"]):
             self._delete("configs", key, o, t)
 
     # -- configs, quotas, acls, features, voters --------------------------------------------------------
     def _config(self, d: Value, o: int, t: int, h: int | None) -> None:
-        key = (d["resource_type"], d["resource_name"], d["name"])
+        key = (self._name("configResourceType", d["resource_type"]), d["resource_name"], d["name"])
         if d["value"] is None:
             self._delete("configs", key, o, t)
         else:
@@ -446,8 +448,11 @@ class Replayer:
             self._set("client_quotas", key, {"value": float(d["value"])}, o, t)
 
     def _acl(self, d: Value, o: int, t: int, h: int | None) -> None:
-        self._set("acls", (d["id"],), {k: d[k] for k in ("resource_type", "resource_name", "pattern_type",
-                                                        "principal", "host", "operation", "permission_type")}, o, t)
+        self._set("acls", (d["id"],), {
+            "resource_type": self._name("aclResourceType", d["resource_type"]), "resource_name": d["resource_name"],
+            "pattern_type": self._name("aclPatternType", d["pattern_type"]), "principal": d["principal"],
+            "host": d["host"], "operation": self._name("aclOperation", d["operation"]),
+            "permission_type": self._name("aclPermissionType", d["permission_type"])}, o, t)
 
     def _remove_acl(self, d: Value, o: int, t: int, h: int | None) -> None:
         if not self._delete("acls", (d["id"],), o, t):

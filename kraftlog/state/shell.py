@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import cmd
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from kraftlog.errors import KraftlogError
 from kraftlog.schema.registry import load_schemas
-from kraftlog.state.replay import Image
+from kraftlog.state.replay import Change, Image
 
 Tree = dict[str, Any]  # name -> subtree, or a leaf string
 
 
 def _enum(name: str, value: int) -> str:
-    return load_schemas().enums[name].get(str(value), str(value))
+    return load_schemas().enum_name(name, value)
 
 
 def _ints(xs: list[int]) -> str:
@@ -66,15 +67,14 @@ def partition_text(p: dict[str, Any]) -> str:
             f"isr={_ints(p['isr'])}, removingReplicas={_ints(p['removing_replicas'])}, "
             f"addingReplicas={_ints(p['adding_replicas'])}, elr={_ints(p['elr'])}, "
             f"lastKnownElr={_ints(p['last_known_elr'])}, leader={p['leader']}, "
-            f"leaderRecoveryState={_enum('leaderRecoveryState', p['leader_recovery_state'])}, "
+            f"leaderRecoveryState={p['leader_recovery_state']}, "
             f"leaderEpoch={p['leader_epoch']}, partitionEpoch={p['partition_epoch']})")
 
 
 def acl_text(a: dict[str, Any]) -> str:
-    return (f"StandardAcl(resourceType={_enum('aclResourceType', a['resource_type'])}, "
-            f"resourceName={a['resource_name']}, patternType={_enum('aclPatternType', a['pattern_type'])}, "
-            f"principal={a['principal']}, host={a['host']}, operation={_enum('aclOperation', a['operation'])}, "
-            f"permissionType={_enum('aclPermissionType', a['permission_type'])})")
+    return (f"StandardAcl(resourceType={a['resource_type']}, resourceName={a['resource_name']}, "
+            f"patternType={a['pattern_type']}, principal={a['principal']}, host={a['host']}, "
+            f"operation={a['operation']}, permissionType={a['permission_type']})")
 
 
 def java_double(x: float) -> str:
@@ -99,7 +99,7 @@ def image_tree(image: Image) -> Tree:
                      "controllers": {str(k[0]): controller_text(k[0], v) for k, v in e["controllers"].items()}}
     configs: Tree = {}
     for (rtype, rname, name), v in e["configs"].items():
-        node = _enum("configResourceType", rtype) + (f":{rname}" if rname else "")
+        node = rtype + (f":{rname}" if rname else "")
         configs.setdefault(node, {})[name] = v["value"]
     by_id: Tree = {}
     by_name: Tree = {}
@@ -112,7 +112,7 @@ def image_tree(image: Image) -> Tree:
             by_id[tid][str(pid)] = partition_text(p)
     scram: Tree = {"SCRAM-SHA-256": {}, "SCRAM-SHA-512": {}}
     for (mech, name), v in e["scram_users"].items():
-        scram.setdefault(_enum("scramMechanism", mech), {})[name] = (
+        scram.setdefault(mech, {})[name] = (
             f"ScramCredentialData(salt=[redacted], storedKey=[redacted], serverKey=[redacted], "
             f"iterations={v['iterations']})")
     features: Tree = {}
@@ -156,6 +156,66 @@ def tree_text(tree: Tree | str, indent: int = 0) -> str:
     return "".join(out)
 
 
+# -- history of a node -----------------------------------------------------------------------------------------
+
+def entity_at(parts: list[str], image: Image) -> tuple[str, tuple[Any, ...]] | None:
+    """The entity (kind, key) a leaf of ``image_tree(image)`` shows (``parts``: its path from ``image``)."""
+    e = image.entities
+    p = parts[1:] if parts[:1] == ["image"] else parts
+    match p:
+        case ["cluster", "brokers" | "controllers" as kind, ident] if ident.isdigit():
+            return kind, (int(ident),)
+        case ["topics", "byId" | "byName" as by, topic, leaf]:
+            ids = [k[0] for k, v in e["topics"].items() if (k[0] if by == "byId" else v["name"]) == topic]
+            if not ids:
+                return None
+            return ("partitions", (ids[0], int(leaf))) if leaf.isdigit() else ("topics", (ids[0],))
+        case ["configs", resource, name]:
+            rtype, _, rname = resource.partition(":")
+            return "configs", (rtype, rname, name)
+        case ["acls" | "delegationToken" as node, ident]:
+            return ("acls" if node == "acls" else "delegation_tokens"), (ident,)
+        case ["scram", mechanism, user]:
+            return "scram_users", (mechanism, user)
+        case ["features", "metadataVersion"]:
+            return "features", ("metadata.version",)
+        case ["features", "zkMigrationState"]:
+            return "zk_migration_state", ()
+        case ["features", leaf] if leaf.startswith("finalized_"):
+            return "features", (leaf.removeprefix("finalized_"),)
+        case ["producerIds", "nextProducerId"]:
+            return "producer_ids", ()
+        case ["clientQuotas", node, key]:
+            import json
+
+            entities = [k[0] for k in e["client_quotas"] if quota_node_name(json.loads(k[0])) == node]
+            return ("client_quotas", (entities[0], key)) if entities else None
+    return None
+
+
+def history_text(parts: list[str], image: Image, versions: list[Change]) -> str:
+    """One line per version of the leaf at ``parts``: offset, time and the leaf's text (``deleted`` at a delete)."""
+    found = entity_at(parts, image)
+    if found is None:
+        return f"/{'/'.join(parts)}: history is kept for the leaves of one entity (a broker, partition, config, ...)"
+    kind, _ = found
+    lines = []
+    for c in versions:
+        text = "deleted"
+        if c.value is not None:
+            alone = Image(offset=c.offset, timestamp=c.timestamp)
+            alone.entities[kind][c.key] = c.value
+            if kind == "partitions":  # its topic, so the byId / byName path exists
+                alone.entities["topics"].update({k: v for k, v in image.entities["topics"].items() if k[0] == c.key[0]})
+            node: Any = {"image": image_tree(alone)}
+            for p in parts:
+                node = node.get(p) if isinstance(node, dict) else None
+            text = node if isinstance(node, str) else "deleted"
+        when = datetime.fromtimestamp(c.timestamp / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        lines.append(f"offset {c.offset} ({when}): {text}")
+    return "\n".join(lines) or "no versions"
+
+
 # -- the interactive shell ------------------------------------------------------------------------------------
 
 class MetadataShell(cmd.Cmd):
@@ -163,21 +223,24 @@ class MetadataShell(cmd.Cmd):
     ``find``, ``tree``, and ``at <point>`` to move in time. ``image_at(point)`` gives the image at a point
     (data directories or a warehouse: the command line chooses)."""
 
-    intro = "kraftlog metadata shell: ls, cd, pwd, cat, find, tree, at <point>, help, exit"
+    intro = "kraftlog metadata shell: ls, cd, pwd, cat, find, tree, history, at <point>, help, exit"
 
     def __init__(self, image_at: Callable[[str | None], Image], point: str | None = None,
-                 stdin: Any = None, stdout: Any = None):
+                 stdin: Any = None, stdout: Any = None,
+                 versions: Callable[[str, tuple[Any, ...]], list[Change]] | None = None):
         super().__init__(stdin=stdin, stdout=stdout)
         if stdin is not None:
             self.use_rawinput = False
         self.image_at = image_at
+        self.versions = versions
+        self.image = Image()
         self.cwd: list[str] = ["image"]
         self.tree: Tree = {}
         self._move(point)
 
     # -- state ----------------------------------------------------------------------------------------------
     def _move(self, point: str | None) -> None:
-        image = self.image_at(point)
+        image = self.image = self.image_at(point)
         self.tree = {"image": image_tree(image)}
         self.where = f"offset {image.offset}"
         if self._node(self.cwd) is None:
@@ -269,6 +332,15 @@ class MetadataShell(cmd.Cmd):
 
         walk("/" + "/".join(parts), node)
         self._say("\n".join(lines))
+
+    def do_history(self, arg: str) -> None:
+        """history path: every version of a leaf (a broker, partition, config, ACL, ...) over the whole log."""
+        found = self._resolve(arg)
+        if found is None or self.versions is None:
+            return
+        parts, _ = found
+        entity = entity_at(parts, self.image)
+        self._say(history_text(parts, self.image, self.versions(*entity) if entity else []))
 
     def do_at(self, arg: str) -> None:
         """at <point>: the image at an offset, a time (2026-11-21T03:14:00Z, now, -1h) or latest."""
