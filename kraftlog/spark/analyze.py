@@ -79,10 +79,11 @@ class EventPlan:
         return " OR ".join(f"({p})" for p in parts) if parts else "false"
 
     def since(self, increment: str) -> dict[str, int]:
-        """Per cluster going on, the offset from which a table of kind ``increment`` reads its versions."""
+        """Per cluster going on, the offset from which a table of kind ``increment`` reads its versions: where the
+        earliest window open at the resume offset began (``POINT`` tables need less, and read the same rows)."""
         if increment == CLUSTER:
             return {}
-        return {c: cut.resume if increment == POINT else min(cut.resume, cut.floor) for c, cut in self.going_on.items()}
+        return {c: min(cut.resume, cut.floor) for c, cut in self.going_on.items()}
 
     def versions(self, increment: str) -> str | None:
         """The history rows a table of kind ``increment`` is built from (SQL; None: all of them)."""
@@ -166,8 +167,9 @@ def planned_frames(store: TableStore, plan: EventPlan) -> list[tuple[TableDef, D
     """Per event table with rows to replace: its frame (only those rows) and the SQL of the rows it replaces."""
     out = []
     every = inputs(store)
-    by_kind = {kind: inputs(store, None if plan.everything else plan.clusters, plan.versions(kind), every,
-                            plan.since(kind)) for kind in (POINT, WINDOW, CLUSTER)}
+    clusters = None if plan.everything else plan.clusters
+    later = inputs(store, clusters, plan.versions(POINT), every, plan.since(POINT))  # POINT and WINDOW read alike
+    by_kind = {POINT: later, WINDOW: later, CLUSTER: inputs(store, clusters, plan.versions(CLUSTER), every)}
     for name, t in event_tables().items():
         where = plan.rows(increment_of(t))
         if where == "false":
