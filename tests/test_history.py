@@ -273,3 +273,27 @@ def test_landed_source_reads_every_catalog_table(spark: Any, sample: Any) -> Non
     table = landed(open_store(spark, str(wh)))
     assert table("records").count() > 10_000
     assert table("kraft_voters").count() > 0
+
+
+def test_a_leafs_history_is_the_same_from_the_tables_and_from_data_directories(spark: Any, sample: Any) -> None:
+    """The shell's ``history PATH``: every version of one entity, from the history tables (``versions_of``) and
+    from the sequential replay of the data directories, printed alike."""
+    from kraftlog.spark.history import image_at, versions_of
+    from kraftlog.state.shell import entity_at, history_text
+
+    wh, _ = sample
+    store = open_store(spark, str(wh))
+    (cl,) = load_clusters([SAMPLE])
+    image = image_at(store, cl.cluster_id)
+    changes: list[Any] = []
+    replay(cl, on_change=changes.append)
+    paths = ["/image/topics/byName/orders/0", "/image/cluster/brokers/101", "/image/features/metadataVersion"]
+    lines = {}
+    for path in paths:
+        parts = [p for p in path.split("/") if p]
+        kind, key = entity_at(parts, image)  # type: ignore[misc]
+        tables = history_text(parts, image, versions_of(store, cl.cluster_id, kind, key))
+        local = history_text(parts, image, [c for c in changes if (c.kind, c.key) == (kind, key)])
+        assert tables == local and tables.startswith("offset "), path
+        lines[path] = tables.splitlines()
+    assert len(lines[paths[0]]) > 3 and all("PartitionRegistration(" in line for line in lines[paths[0]])
