@@ -151,3 +151,25 @@ def test_going_on_from_an_open_transaction_reports_its_problems_once(spark: Any,
     (ranges,) = DeltaTable(str(wh / "replay_ranges")).to_pyarrow_table().to_pylist()
     assert ranges["problems"] == ["offset 1: BeginTransaction inside the transaction begun at 0"]
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+
+
+def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluster_tables(spark: Any,
+                                                                                        tmp_path: Path) -> None:
+    topic = "AAAAAAAAAAAAAAAAAAAAZQ"
+    partition = {"topic_id": topic, "partition_id": 0, "replicas": [1, 2, 3], "isr": [1, 2],  # under-replicated
+                 "removing_replicas": [], "adding_replicas": [], "leader": 1, "leader_epoch": 0, "partition_epoch": 0}
+    log = [("meta", "TOPIC_RECORD", 0, {"topic_id": topic, "name": "t"}),
+           ("meta", "PARTITION_RECORD", 0, partition),
+           ("meta", "PARTITION_CHANGE_RECORD", 0, {"topic_id": topic, "partition_id": 0, "leader": 2}),
+           *[("meta", "NO_OP_RECORD", 0, {})] * 4]
+    source = tmp_path / "src"
+    write_cluster(source, GenCluster("c", log))
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    land_build_analyze(spark, copy_upto(source, inputs, 4), wh)
+    versions = {name: DeltaTable(str(wh / name)).version() for name in event_tables()}
+    _, events = land_build_analyze(spark, copy_upto(source, inputs, 1 << 40), wh)  # three NoOps more
+    assert len(events.plan.going_on) == 1, events.line()
+    moved = {name for name in event_tables() if DeltaTable(str(wh / name)).version() != versions[name]}
+    assert "under_replicated" in moved and "log_health" in moved  # the open window's length; the log's volume
+    assert not moved & {"leader_elections", "isr_changes", "config_changes", "broker_lifecycle"}  # nothing to add
+    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)

@@ -43,10 +43,15 @@ log = logging.getLogger("kraftlog")
 @dataclass(frozen=True)
 class Cut:
     """Where a cluster's events go on: ``resume`` (every event before it stands) and ``floor`` (where the
-    earliest window open at ``resume`` began)."""
+    earliest window open at ``resume`` began; None: no window was open)."""
 
     resume: int
-    floor: int
+    floor: int | None = None
+
+    @property
+    def since(self) -> int:
+        """The offset from which the versions that can change an event or an open window still hold."""
+        return self.resume if self.floor is None else min(self.resume, self.floor)
 
 
 @dataclass
@@ -83,7 +88,7 @@ class EventPlan:
         earliest window open at the resume offset began (``POINT`` tables need less, and read the same rows)."""
         if increment == CLUSTER:
             return {}
-        return {c: min(cut.resume, cut.floor) for c, cut in self.going_on.items()}
+        return {c: cut.since for c, cut in self.going_on.items()}
 
     def versions(self, increment: str) -> str | None:
         """The history rows a table of kind ``increment`` is built from (SQL; None: all of them)."""
@@ -123,9 +128,7 @@ def plan_events(store: TableStore, clusters: list[str] | None, everything: bool)
         elif was["history_build_id"] == now["build_id"] and was["files_seen"] == files.get(c, 0):
             plan.unchanged.append(c)
         else:
-            resume = was["resume_offset"]
-            floor = was["window_floor"] if was["window_floor"] is not None else resume
-            plan.going_on[c] = Cut(resume, floor)
+            plan.going_on[c] = Cut(was["resume_offset"], was["window_floor"])
     return plan
 
 
@@ -164,19 +167,55 @@ def event_frames(x: Inputs, names: list[str] | None = None) -> dict[str, DataFra
 
 
 def planned_frames(store: TableStore, plan: EventPlan) -> list[tuple[TableDef, DataFrame, str | None]]:
-    """Per event table with rows to replace: its frame (only those rows) and the SQL of the rows it replaces."""
+    """Per event table with rows to replace: its frame (only those rows) and the SQL of the rows it replaces.
+
+    When every cluster goes on, a ``POINT`` table none of whose histories changed since the cuts has nothing
+    to add, nor has a ``WINDOW`` table with no window open (an open one's length follows the log's end)."""
     out = []
     every = inputs(store)
     clusters = None if plan.everything else plan.clusters
     later = inputs(store, clusters, plan.versions(POINT), every, plan.since(POINT))  # POINT and WINDOW read alike
     by_kind = {POINT: later, WINDOW: later, CLUSTER: inputs(store, clusters, plan.versions(CLUSTER), every)}
+    only_going_on = not (plan.everything or plan.rebuilt or plan.gone)
+    changed = changed_kinds(every, plan) if only_going_on else set()
+    any_open = any(cut.floor is not None for cut in plan.going_on.values())
     for name, t in event_tables().items():
-        where = plan.rows(increment_of(t))
+        increment = increment_of(t)
+        where = plan.rows(increment)
         if where == "false":
             continue
-        df = BUILDERS[name](by_kind[increment_of(t)])
+        reader = _Reader(by_kind[increment])
+        df = BUILDERS[name](reader)
+        if only_going_on and increment != CLUSTER and not (reader.read & changed) \
+                and not (increment == WINDOW and any_open):
+            continue  # nothing it reads changed since the cuts
         out.append((t, df if where is None else df.filter(F.expr(where)), where))
     return out
+
+
+class _Reader(Inputs):
+    """``Inputs`` that remembers which histories a builder read."""
+
+    def __init__(self, inputs: Inputs):
+        super().__init__(inputs.histories, inputs.table, inputs.ranges, inputs.since)
+        self.read: set[str] = set()
+
+    def history(self, kind: str) -> DataFrame:
+        self.read.add(kind)
+        return super().history(kind)
+
+
+def changed_kinds(x: Inputs, plan: EventPlan) -> set[str]:
+    """The entity kinds with a version begun or ended at or after a going-on cluster's resume offset."""
+    since = " OR ".join(f"(cluster_id = {sql_literal(c)} AND (valid_from_offset >= {cut.resume} OR "
+                        f"valid_to_offset >= {cut.resume}))" for c, cut in plan.going_on.items())
+    if not since:
+        return set()
+    union = None
+    for kind, df in x.histories.items():
+        part = df.filter(F.expr(since)).select(F.lit(kind).alias("kind")).limit(1)
+        union = part if union is None else union.unionByName(part)
+    return {r["kind"] for r in union.collect()} if union is not None else set()
 
 
 @dataclass
