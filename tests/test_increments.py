@@ -173,3 +173,16 @@ def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluste
     assert "under_replicated" in moved and "log_health" in moved  # the open window's length; the log's volume
     assert not moved & {"leader_elections", "isr_changes", "config_changes", "broker_lifecycle"}  # nothing to add
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+
+
+def test_too_many_clusters_going_on_are_analysed_anew() -> None:
+    from kraftlog.spark.analyze import MAX_GOING_ON, Cut, EventPlan
+
+    few = EventPlan(False, rebuilt=["r"], going_on={f"c{i}": Cut(10) for i in range(MAX_GOING_ON)}, unchanged=["u"])
+    assert few.bounded() is few
+    many = EventPlan(False, rebuilt=["r"], going_on={f"c{i}": Cut(10) for i in range(MAX_GOING_ON + 1)},
+                     unchanged=["u"], gone=["g"])
+    anew = many.bounded()
+    assert (anew.going_on, anew.unchanged, anew.gone) == ({}, ["u"], ["g"]) and not anew.everything
+    assert sorted(anew.rebuilt) == sorted(["r", *many.going_on])
+    assert anew.rows("point") == "(cluster_id IN (" + ", ".join(f"'{c}'" for c in anew.rebuilt) + ", 'g'))"
