@@ -353,18 +353,16 @@ def shell(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None,
     Without --path: a prompt with ls, cd, pwd, cat, find, tree, `history PATH` (every version of a leaf) and
     `at <point>` to move in time.
     """
-    from kraftlog.state.shell import MetadataShell, image_tree, tree_text
+    from kraftlog.state.shell import MetadataShell, image_tree, node_at, tree_text
 
     src = _States(paths, warehouse, conf_file, cluster, not no_redact)
     if node is None:
         MetadataShell(src.at, point, versions=src.versions).cmdloop()
         return
-    tree: object = {"image": image_tree(src.at(point))}
-    for part in [p for p in node.split("/") if p]:
-        if not isinstance(tree, dict) or part not in tree:
-            raise click.ClickException(f"{node}: no such node")
-        tree = tree[part]
-    click.echo(tree_text(tree).rstrip("\n"))  # type: ignore[arg-type]
+    tree = node_at({"image": image_tree(src.at(point))}, [p for p in node.split("/") if p])
+    if tree is None:
+        raise click.ClickException(f"{node}: no such node")
+    click.echo(tree_text(tree).rstrip("\n"))
 
 
 @main.command()

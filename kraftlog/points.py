@@ -14,6 +14,11 @@ _UNIT_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w
 _FORMS = "ISO-8601 like 2026-11-21T03:14:00Z, ms:<epoch millis>, now, or a time ago like -30m, -1h, -7d"
 
 
+def iso_ms(ms: int) -> str:
+    """Epoch milliseconds as ISO-8601 UTC to the millisecond: ``2026-11-21T03:08:01.242Z``."""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
 def parse_time(text: str, now: datetime | None = None) -> datetime:
     """A time: ISO-8601 (``2026-11-21T03:14:00Z``; UTC when no zone is given), ``ms:<epoch millis>``, ``now``,
     or a time before now (``-90s``, ``-30m``, ``-1h``, ``-7d``, ``-2w``); ``now`` defaults to the clock."""

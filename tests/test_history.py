@@ -279,7 +279,7 @@ def test_a_leafs_history_is_the_same_from_the_tables_and_from_data_directories(s
     """The shell's ``history PATH``: every version of one entity, from the history tables (``versions_of``) and
     from the sequential replay of the data directories, printed alike."""
     from kraftlog.spark.history import image_at, versions_of
-    from kraftlog.state.shell import entity_at, history_text
+    from kraftlog.state.shell import history_text
 
     wh, _ = sample
     store = open_store(spark, str(wh))
@@ -291,9 +291,8 @@ def test_a_leafs_history_is_the_same_from_the_tables_and_from_data_directories(s
     lines = {}
     for path in paths:
         parts = [p for p in path.split("/") if p]
-        kind, key = entity_at(parts, image)  # type: ignore[misc]
-        tables = history_text(parts, image, versions_of(store, cl.cluster_id, kind, key))
-        local = history_text(parts, image, [c for c in changes if (c.kind, c.key) == (kind, key)])
+        tables = history_text(parts, image, lambda kind, key: versions_of(store, cl.cluster_id, kind, key))
+        local = history_text(parts, image, lambda kind, key: [c for c in changes if (c.kind, c.key) == (kind, key)])
         assert tables == local and tables.startswith("offset "), path
         lines[path] = tables.splitlines()
     assert len(lines[paths[0]]) > 3 and all("PartitionRegistration(" in line for line in lines[paths[0]])

@@ -66,6 +66,8 @@ class EventPlan:
     going_on: dict[str, Cut] = field(default_factory=dict)
     unchanged: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
+    histories: dict[str, dict[str, Any]] = field(default_factory=dict)  # replay_state rows the plan compared
+    files: dict[str, int] = field(default_factory=dict)  # ledger rows per cluster when planned
 
     @property
     def clusters(self) -> list[str]:
@@ -79,21 +81,16 @@ class EventPlan:
         if len(self.going_on) <= most:
             return self
         rebuilt = sorted([*self.rebuilt, *self.going_on])
-        return EventPlan(False, rebuilt, {}, self.unchanged, self.gone)
+        return EventPlan(False, rebuilt, {}, self.unchanged, self.gone, self.histories, self.files)
 
     def rows(self, increment: str) -> str | None:
         """The rows of a table of kind ``increment`` this run replaces (SQL; None: all of them)."""
         if self.everything:
             return None
-        whole = [*self.rebuilt, *self.gone]
         if increment == CLUSTER:
-            whole += list(self.going_on)
-        parts = [cluster_predicate(whole)] if whole else []
-        for c, cut in self.going_on.items() if increment != CLUSTER else ():
-            later = f"log_offset >= {cut.resume}" if increment == POINT else \
-                f"(to_offset IS NULL OR to_offset >= {cut.resume})"
-            parts.append(f"(cluster_id = {sql_literal(c)} AND {later})")
-        return " OR ".join(f"({p})" for p in parts) if parts else "false"
+            return any_of([*self.rebuilt, *self.gone, *self.going_on], {})
+        later = "log_offset >= {}" if increment == POINT else "(to_offset IS NULL OR to_offset >= {})"
+        return any_of([*self.rebuilt, *self.gone], {c: later.format(cut.resume) for c, cut in self.going_on.items()})
 
     def since(self, increment: str) -> dict[str, int]:
         """Per cluster going on, the offset from which a table of kind ``increment`` reads its versions: where the
@@ -106,11 +103,9 @@ class EventPlan:
         """The history rows a table of kind ``increment`` is built from (SQL; None: all of them)."""
         if self.everything:
             return None
-        whole = self.rebuilt if increment != CLUSTER else self.clusters
-        parts = [cluster_predicate(whole)] if whole else []
-        for c, since in self.since(increment).items():
-            parts.append(f"(cluster_id = {sql_literal(c)} AND (valid_to_offset IS NULL OR valid_to_offset >= {since}))")
-        return " OR ".join(f"({p})" for p in parts) if parts else "false"
+        return any_of(self.rebuilt if increment != CLUSTER else self.clusters,
+                      {c: f"(valid_to_offset IS NULL OR valid_to_offset >= {since})"
+                       for c, since in self.since(increment).items()})
 
     def line(self) -> str:
         if self.everything:
@@ -119,22 +114,30 @@ class EventPlan:
                 f"anew, {len(self.unchanged)} unchanged, {len(self.gone)} gone")
 
 
-def plan_events(store: TableStore, clusters: list[str] | None, everything: bool) -> EventPlan:
-    """Compare each cluster's histories and ledger with what its last analysis saw (the module docstring)."""
+def any_of(whole: list[str], since: dict[str, str]) -> str:
+    """SQL: a row of one of the ``whole`` clusters, or of a cluster of ``since`` matching its condition."""
+    parts = [cluster_predicate(whole)] if whole else []
+    parts += [f"cluster_id = {sql_literal(c)} AND {condition}" for c, condition in since.items()]
+    return " OR ".join(f"({p})" for p in parts) if parts else "false"
+
+
+def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> EventPlan:
+    """Compare each cluster's histories and ledger with what its last analysis saw (the module docstring);
+    ``anew``: every cluster (of ``clusters``) analysed anew."""
     def by_cluster(df: DataFrame) -> dict[str, dict[str, Any]]:
         if clusters is not None:
             df = df.filter(F.col("cluster_id").isin(clusters))
         return {r["cluster_id"]: r.asDict() for r in df.collect()}
 
     current = by_cluster(store.read(replay_state_table()))
-    if everything:
-        return EventPlan(True, rebuilt=sorted(current))
-    previous = by_cluster(store.read(analyze_state_table()))
     files = files_seen(store, clusters)
-    plan = EventPlan(False, gone=sorted(set(previous) - set(current)))
+    if anew and clusters is None:
+        return EventPlan(True, rebuilt=sorted(current), histories=current, files=files)
+    previous = by_cluster(store.read(analyze_state_table()))
+    plan = EventPlan(False, gone=sorted(set(previous) - set(current)), histories=current, files=files)
     for c, now in sorted(current.items()):
         was = previous.get(c)
-        if was is None or was["lineage"] != now["lineage"] or was["resume_offset"] is None \
+        if anew or was is None or was["lineage"] != now["lineage"] or was["resume_offset"] is None \
                 or now["resume_offset"] is None:
             plan.rebuilt.append(c)
         elif was["history_build_id"] == now["build_id"] and was["files_seen"] == files.get(c, 0):
@@ -219,15 +222,13 @@ class _Reader(Inputs):
 
 def changed_kinds(x: Inputs, plan: EventPlan) -> set[str]:
     """The entity kinds with a version begun or ended at or after a going-on cluster's resume offset."""
-    since = " OR ".join(f"(cluster_id = {sql_literal(c)} AND (valid_from_offset >= {cut.resume} OR "
-                        f"valid_to_offset >= {cut.resume}))" for c, cut in plan.going_on.items())
-    if not since:
+    if not plan.going_on:
         return set()
-    union = None
-    for kind, df in x.histories.items():
-        part = df.filter(F.expr(since)).select(F.lit(kind).alias("kind")).limit(1)
-        union = part if union is None else union.unionByName(part)
-    return {r["kind"] for r in union.collect()} if union is not None else set()
+    since = any_of([], {c: f"(valid_from_offset >= {cut.resume} OR valid_to_offset >= {cut.resume})"
+                        for c, cut in plan.going_on.items()})
+    found = functools.reduce(DataFrame.unionByName, [df.filter(F.expr(since)).select(F.lit(kind).alias("kind")).limit(1)
+                                                     for kind, df in x.histories.items()])
+    return {r["kind"] for r in found.collect()}
 
 
 @dataclass
@@ -263,14 +264,12 @@ def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: li
     if remade and clusters is not None:
         log.warning("%s created anew: every cluster is analysed, not only %s", ", ".join(remade), ", ".join(clusters))
         clusters = None
-    plan = plan_events(store, clusters, everything=(full or bool(remade)) and clusters is None)
-    if full and clusters is not None:
-        plan.rebuilt, plan.going_on, plan.unchanged = sorted([*plan.clusters, *plan.unchanged]), {}, []
+    plan = plan_events(store, clusters, anew=full or bool(remade))
     log.info("analyze: %s", plan.line())
     rows = {name: 0 for name in tables}
     rows.update(store.replace(planned_frames(store, plan), build_id))
     if plan.clusters or plan.gone:
-        state = pa.Table.from_pylist(state_rows(spark, store, plan, build_id), schema=state_table.schema)
+        state = pa.Table.from_pylist(state_rows(store, plan, build_id), schema=state_table.schema)
         where = None if plan.everything else cluster_predicate([*plan.clusters, *plan.gone])
         store.overwrite(state_table, store.stage_small(state_table, state, build_id), build_id, where)
     for name, n in rows.items():
@@ -278,26 +277,20 @@ def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: li
     return AnalyzeResult(build_id, rows, time.time() - t0, plan)
 
 
-def state_rows(spark: SparkSession, store: TableStore, plan: EventPlan, build_id: str) -> list[dict[str, Any]]:
-    """The ``analyze_state`` rows of the clusters this run analysed."""
-    wanted = plan.clusters
-    current = {r["cluster_id"]: r for r in store.read(replay_state_table())
-               .filter(F.col("cluster_id").isin(wanted)).collect()}
-    files, floors = files_seen(store, wanted), window_floors(store, wanted)
-    return [{"cluster_id": c, "lineage": current[c]["lineage"], "history_build_id": current[c]["build_id"],
-             "resume_offset": current[c]["resume_offset"], "window_floor": floors.get(c),
-             "files_seen": files.get(c, 0), "build_id": build_id}
-            for c in wanted if c in current]
+def state_rows(store: TableStore, plan: EventPlan, build_id: str) -> list[dict[str, Any]]:
+    """The ``analyze_state`` rows of the clusters this run analysed (from what the plan compared: the run holds
+    the warehouse's lease, so the histories and the ledger stay as they were)."""
+    floors = window_floors(store, plan.clusters)
+    return [{"cluster_id": c, "lineage": h["lineage"], "history_build_id": h["build_id"],
+             "resume_offset": h["resume_offset"], "window_floor": floors.get(c), "files_seen": plan.files.get(c, 0),
+             "build_id": build_id} for c in plan.clusters for h in [plan.histories[c]]]
 
 
 def window_floors(store: TableStore, clusters: list[str]) -> dict[str, int]:
     """Per cluster, where the earliest window still open in any ``WINDOW`` table began."""
     opened: Column = F.col("to_offset").isNull() & F.col("cluster_id").isin(clusters)
-    parts = [store.read(t).filter(opened).select("cluster_id", "from_offset")
-             for t in event_tables().values() if increment_of(t) == WINDOW]
-    union = parts[0]
-    for p in parts[1:]:
-        union = union.unionByName(p)
+    union = functools.reduce(DataFrame.unionByName, [store.read(t).filter(opened).select("cluster_id", "from_offset")
+                                                     for t in event_tables().values() if increment_of(t) == WINDOW])
     return {r["cluster_id"]: r["f"] for r in union.groupBy("cluster_id").agg(F.min("from_offset").alias("f")).collect()}
 
 

@@ -43,6 +43,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from kraftlog.config import Config
 from kraftlog.errors import KraftlogError, UsageError
 from kraftlog.lease import Lease
+from kraftlog.points import iso_ms
 from kraftlog.spark.inputs import FileGroups, FileSpec
 from kraftlog.spark.session import default_parallelism, is_connect
 from kraftlog.storage import Storage, is_local, join, normalize, scheme
@@ -136,7 +137,7 @@ def _bounds(column: pa.ChunkedArray) -> tuple[Any, Any] | None:
     if pa.types.is_timestamp(typ):  # ISO-8601 in UTC, to the millisecond: min rounded down, max up
         mm = pc.min_max(column.cast(pa.timestamp("us", tz="UTC")))
         lo, hi = mm["min"].value, mm["max"].value
-        return _iso_ms(lo // 1000), _iso_ms(-(-hi // 1000))
+        return iso_ms(lo // 1000), iso_ms(-(-hi // 1000))
     if pa.types.is_date(typ):
         mm = pc.min_max(column)
         return mm["min"].as_py().isoformat(), mm["max"].as_py().isoformat()
@@ -149,10 +150,6 @@ def _bounds(column: pa.ChunkedArray) -> tuple[Any, Any] | None:
             return None  # a truncated max would need a successor string; leave long strings out
         return lo, hi
     return None
-
-
-def _iso_ms(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 FREE_TEXT = frozenset({"data_json", "error", "loser_data_json"})

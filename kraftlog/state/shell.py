@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import cmd
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from kraftlog.errors import KraftlogError
+from kraftlog.points import iso_ms
 from kraftlog.schema.registry import load_schemas
 from kraftlog.state.replay import Change, Image
 
@@ -193,26 +193,33 @@ def entity_at(parts: list[str], image: Image) -> tuple[str, tuple[Any, ...]] | N
     return None
 
 
-def history_text(parts: list[str], image: Image, versions: list[Change]) -> str:
-    """One line per version of the leaf at ``parts``: offset, time and the leaf's text (``deleted`` at a delete)."""
+def node_at(tree: Tree, parts: list[str]) -> Tree | str | None:
+    """The node of ``tree`` at path ``parts`` (None: no such node)."""
+    node: Tree | str = tree
+    for p in parts:
+        if not isinstance(node, dict) or p not in node:
+            return None
+        node = node[p]
+    return node
+
+
+def history_text(parts: list[str], image: Image, versions: Callable[[str, tuple[Any, ...]], list[Change]]) -> str:
+    """One line per version of the entity behind the leaf at ``parts`` (``versions(kind, key)`` gives them):
+    offset, time and the leaf's text (``deleted`` at a delete)."""
     found = entity_at(parts, image)
     if found is None:
         return f"/{'/'.join(parts)}: history is kept for the leaves of one entity (a broker, partition, config, ...)"
-    kind, _ = found
+    kind, key = found
     lines = []
-    for c in versions:
-        text = "deleted"
+    for c in versions(kind, key):
+        text: Tree | str | None = "deleted"
         if c.value is not None:
             alone = Image(offset=c.offset, timestamp=c.timestamp)
             alone.entities[kind][c.key] = c.value
             if kind == "partitions":  # its topic, so the byId / byName path exists
                 alone.entities["topics"].update({k: v for k, v in image.entities["topics"].items() if k[0] == c.key[0]})
-            node: Any = {"image": image_tree(alone)}
-            for p in parts:
-                node = node.get(p) if isinstance(node, dict) else None
-            text = node if isinstance(node, str) else "deleted"
-        when = datetime.fromtimestamp(c.timestamp / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        lines.append(f"offset {c.offset} ({when}): {text}")
+            text = node_at({"image": image_tree(alone)}, parts)
+        lines.append(f"offset {c.offset} ({iso_ms(c.timestamp)}): {text if isinstance(text, str) else 'deleted'}")
     return "\n".join(lines) or "no versions"
 
 
@@ -260,12 +267,7 @@ class MetadataShell(cmd.Cmd):
         return parts
 
     def _node(self, parts: list[str]) -> Tree | str | None:
-        node: Tree | str = self.tree
-        for p in parts:
-            if not isinstance(node, dict) or p not in node:
-                return None
-            node = node[p]
-        return node
+        return node_at(self.tree, parts)
 
     def _say(self, text: str) -> None:
         self.stdout.write(text.rstrip("\n") + "\n")
@@ -338,9 +340,7 @@ class MetadataShell(cmd.Cmd):
         found = self._resolve(arg)
         if found is None or self.versions is None:
             return
-        parts, _ = found
-        entity = entity_at(parts, self.image)
-        self._say(history_text(parts, self.image, self.versions(*entity) if entity else []))
+        self._say(history_text(found[0], self.image, self.versions))
 
     def do_at(self, arg: str) -> None:
         """at <point>: the image at an offset, a time (2026-11-21T03:14:00Z, now, -1h) or latest."""
