@@ -28,7 +28,8 @@ from kraftlog.analytics.events import valid_at
 from kraftlog.config import Config
 from kraftlog.errors import ClusterNotFound, NotBuilt, UsageError
 from kraftlog.points import check_in_log
-from kraftlog.spark.increments import cluster_predicate, plan_build, state_table_rows
+from kraftlog.spark.increments import plan_build, state_table_rows
+from kraftlog.spark.predicates import of_clusters
 from kraftlog.spark.replay import (
     ClusterBase,
     TableSource,
@@ -331,7 +332,7 @@ def verify_build(spark: SparkSession, build: HistoryBuild) -> list[tuple[str, li
         for kind, df in build.histories.items():
             valid = valid_at(F.col("at"))
             left[kind] = df.join(points, "cluster_id").filter(valid).withColumn("cluster_id", F.col("pseudo"))
-            right[kind] = df.filter(F.col("cluster_id").isin(pseudo))
+            right[kind] = df.filter(of_clusters(pseudo))
         rows = differing_json(left, right)
         for r in rows.collect() if rows is not None else []:
             if r["kind"] == "producer_ids" and r["right"] is None:
@@ -353,7 +354,6 @@ __all__ = [
     "HistoryBuild",
     "build_histories",
     "built_clusters",
-    "cluster_predicate",
     "diff",
     "differences",
     "differing",

@@ -24,7 +24,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kraftlog.errors import UsageError
+from kraftlog.spark.predicates import cluster_predicate, of_clusters
 from kraftlog.spark.replay import ClusterBase, TableSource, state_rows
 from kraftlog.spark.store import TableStore
 from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
@@ -57,19 +57,6 @@ class Plan:
         """The rows of the per-cluster tables (``replay_ranges``, ``replay_state``) this build replaces."""
         ids = [*self.rebuilt, *self.resumed, *self.gone]
         return cluster_predicate(ids) if ids else None
-
-
-def cluster_predicate(clusters: list[str] | None) -> str | None:
-    """``cluster_id IN (...)`` for a partial rebuild (None: everything)."""
-    return None if clusters is None else "cluster_id IN (" + ", ".join(sql_literal(c) for c in clusters) + ")"
-
-
-def sql_literal(text: str) -> str:
-    """A cluster id as a SQL string literal (ids with quotes or backslashes are refused, not escaped:
-    delta-rs and Spark SQL escape them differently)."""
-    if "'" in text or "\\" in text:
-        raise UsageError(f"cluster id {text!r}: quotes and backslashes are not supported in --cluster")
-    return f"'{text}'"
 
 
 def digests(spark: SparkSession, table: TableSource, ranges: list[tuple[str, int, int | None]]
@@ -127,7 +114,7 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, bases
             plan.run.append(b)
     if go_on:
         problems = {r["cluster_id"]: r["problems"] for r in store.read(replay_ranges_table())
-                    .filter(F.col("cluster_id").isin(list(go_on))).select("cluster_id", "problems").collect()}
+                    .filter(of_clusters(list(go_on))).select("cluster_id", "problems").collect()}
         for b in bases:
             if b.cluster_id in go_on:
                 plan.run.append(replace(b, resume_from=go_on[b.cluster_id],

@@ -38,6 +38,7 @@ from kraftlog.identity import resolve_identity, same_node_twice
 from kraftlog.planning import Landed, ListedFile, PlannedFile, plan_by_name, plan_files
 from kraftlog.spark.decode import LandRouter, stage_choices, summaries
 from kraftlog.spark.inputs import FileSpec, by_bytes, by_cluster, read_meta_properties
+from kraftlog.spark.predicates import of_clusters
 from kraftlog.spark.session import tag_jobs
 from kraftlog.spark.store import (
     Manifest,
@@ -285,13 +286,13 @@ def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str
     if landed_clusters & set(clusters) and choices.winners:  # the winners meet the rows landed before
         paths = path_map({i: p for p, (_, i) in ids.items() if p in base})
         winners = store.read_parquet(store.parquet_files(staging + "/index"), from_arrow_schema(INDEX))
-        existing = store.read(cat.core["records"]).filter(F.col("cluster_id").isin(clusters)).select(
+        existing = store.read(cat.core["records"]).filter(of_clusters(clusters)).select(
             "cluster_id", "snapshot_id", "log_offset", "snapshot_seq", "value_hash", "batch_epoch", "node_id",
             "file", "record_type", "timestamp", "data_json", "is_control", "api_key", "status")
         to_append, replace_keys, old_divergence = against_existing(winners.drop("key", "value"), existing, paths,
                                                                    winners)
         candidates = old_divergence if divergence is None else divergence.unionByName(old_divergence)
-        divergence = new_rows(candidates, store.read(div).filter(F.col("cluster_id").isin(clusters)), list(div.key))
+        divergence = new_rows(candidates, store.read(div).filter(of_clusters(clusters)), list(div.key))
         manifest.deletes += _replacement_deletes(cat, replace_keys.collect())
         chosen = {}
         for r in keep_ranges(to_append).collect():

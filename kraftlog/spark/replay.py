@@ -25,6 +25,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from kraftlog.spark.predicates import of_clusters
 from kraftlog.spark.session import default_parallelism
 from kraftlog.spark.store import FILE_PART, StagedFile, TableStore
 from kraftlog.state.bases import Base, SnapshotRef, choose_base, parse_snapshot_id, snapshot_reach
@@ -65,8 +66,8 @@ def cluster_bases(table: TableSource, clusters: list[str] | None = None) -> list
     log = table("records").filter(F.col("source") == "log")
     snaps = table("records").filter(F.col("source") == "snapshot")
     if clusters is not None:
-        log = log.filter(F.col("cluster_id").isin(clusters))
-        snaps = snaps.filter(F.col("cluster_id").isin(clusters))
+        log = log.filter(of_clusters(clusters))
+        snaps = snaps.filter(of_clusters(clusters))
     w = Window.partitionBy("cluster_id").orderBy("log_offset")
     prev = F.lag("log_offset").over(w)
     runs = (log.select("cluster_id", "log_offset", "timestamp",
@@ -165,7 +166,7 @@ def state_rows(histories: dict[str, DataFrame], clusters: list[str]) -> DataFram
     out: DataFrame | None = None
     for kind, df in histories.items():
         k = BY_NAME[kind]
-        part = (df.filter(F.col("cluster_id").isin(clusters) & F.col("valid_to_offset").isNull())
+        part = (df.filter(of_clusters(clusters) & F.col("valid_to_offset").isNull())
                 .select(F.col("cluster_id").alias("_out"), F.col("valid_from_offset").alias("log_offset"),
                         F.unix_millis("valid_from").alias("_ms"), F.lit(kind).alias("record_type"),
                         F.to_json(F.struct(*k.key_names, *k.value_names), {"ignoreNullFields": "false"}).alias("_data"),

@@ -16,6 +16,7 @@ from kraftlog.analytics.definitions import event_tables
 from kraftlog.analytics.report import Activity, Now, Period, Report, bin_seconds
 from kraftlog.identity import choose_cluster
 from kraftlog.spark.history import built_clusters, offset_at, read_histories, state_at
+from kraftlog.spark.predicates import of_clusters
 from kraftlog.spark.store import TableStore
 from kraftlog.tables.definitions import catalog
 
@@ -43,7 +44,7 @@ def report_frames(store: TableStore, cluster_ids: list[str], period: Period) -> 
     each table for all the clusters)."""
     out: dict[str, dict[str, pd.DataFrame]] = {c: {} for c in cluster_ids}
     for name, table in event_tables().items():
-        df: pd.DataFrame = in_period(store.read(table).filter(F.col("cluster_id").isin(cluster_ids)),
+        df: pd.DataFrame = in_period(store.read(table).filter(of_clusters(cluster_ids)),
                                       period).toPandas()
         for c in cluster_ids:
             out[c][name] = df[df["cluster_id"] == c].drop(columns="cluster_id").reset_index(drop=True)
@@ -70,7 +71,7 @@ def now_frames(store: TableStore, ranges: dict[str, Any], cluster_ids: list[str]
 
 def activity_frames(store: TableStore, cluster_ids: list[str], period: Period) -> dict[str, Activity]:
     """Per cluster: its log records in the period, counted in bins scaled to the period's span (``bin_seconds``)."""
-    log = in_period(store.read(catalog()["records"]).filter(F.col("cluster_id").isin(cluster_ids)
+    log = in_period(store.read(catalog()["records"]).filter(of_clusters(cluster_ids)
                                                             & (F.col("source") == "log")), period)
     spans = {r["cluster_id"]: r for r in log.groupBy("cluster_id").agg(
         F.min(F.unix_seconds("timestamp")).alias("lo"), F.max(F.unix_seconds("timestamp")).alias("hi")).collect()}
