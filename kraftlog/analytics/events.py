@@ -38,11 +38,15 @@ class Inputs:
         return self.histories[kind]
 
     @property
-    def starts(self) -> DataFrame:
-        """Per cluster: the offset the histories start at (a base snapshot's), and the end of the log."""
+    def bases(self) -> DataFrame:
+        """Per cluster: the offset the histories start at (a base snapshot's; ``_base_offset``)."""
+        return F.broadcast(self.ranges.select("cluster_id", F.col("base_offset").alias("_base_offset")))
+
+    @property
+    def ends(self) -> DataFrame:
+        """Per cluster: the time of the end of the log (``_end_time``), where open windows end for now."""
         return F.broadcast(self.ranges.select(
-            "cluster_id", F.col("base_offset").alias("_base_offset"),
-            F.coalesce("last_timestamp", "base_timestamp").alias("_end_time")))
+            "cluster_id", F.coalesce("last_timestamp", "base_timestamp").alias("_end_time")))
 
 
 # -- shared building blocks ---------------------------------------------------------------------------------
@@ -69,7 +73,7 @@ def with_previous(df: DataFrame, keys: list[str]) -> DataFrame:
 
 def at_start(inputs: Inputs, df: DataFrame, offset: str = "valid_from_offset") -> DataFrame:
     """``df`` with ``_at_start``: the row is a version loaded from the base snapshot (before the histories begin)."""
-    return (df.join(inputs.starts, "cluster_id", "left")
+    return (df.join(inputs.bases, "cluster_id", "left")
             .withColumn("_at_start", F.coalesce(F.col(offset) == F.col("_base_offset"), F.lit(False))))
 
 
@@ -89,7 +93,7 @@ def islands(df: DataFrame, keys: list[str], flag: Column) -> DataFrame:
 
 def window_columns(inputs: Inputs, grouped: DataFrame) -> DataFrame:
     """``from_*``, ``to_*``, ``seconds``, ``open`` from ``_from``/``_from_time``/``_to``/``_to_time`` columns."""
-    return (grouped.join(inputs.starts, "cluster_id", "left")
+    return (grouped.join(inputs.ends, "cluster_id", "left")
             .withColumn("from_offset", F.col("_from")).withColumn("from_time", F.col("_from_time"))
             .withColumn("to_offset", F.col("_to")).withColumn("to_time", F.col("_to_time"))
             .withColumn("open", F.col("_to").isNull())

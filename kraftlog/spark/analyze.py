@@ -173,9 +173,10 @@ def event_frames(x: Inputs, names: list[str] | None = None) -> dict[str, DataFra
 def planned_frames(store: TableStore, plan: EventPlan) -> list[tuple[TableDef, DataFrame, str | None]]:
     """Per event table with rows to replace: its frame (only those rows) and the SQL of the rows it replaces.
 
-    When every cluster goes on, a ``POINT`` table none of whose histories changed since the cuts has nothing
-    to add, nor has a ``WINDOW`` table with no window open (an open one's length follows the log's end)."""
-    out = []
+    When every cluster goes on, a table is skipped if nothing it read changed since the cuts: no history it
+    reads has a version begun or ended since, it reads no landed table, and it reads the log's end (where
+    open windows end for now) only while no window is open (``_Reader.stale``)."""
+    out: list[tuple[TableDef, DataFrame, str | None]] = []
     every = inputs(store)
     clusters = None if plan.everything else plan.clusters
     cuts = None if plan.everything else F.broadcast(plan.cuts(store.spark))
@@ -194,8 +195,7 @@ def planned_frames(store: TableStore, plan: EventPlan) -> list[tuple[TableDef, D
             continue
         reader = _Reader(by_kind[increment])
         df = BUILDERS[name](reader)
-        if only_going_on and increment != CLUSTER and not (reader.read & changed) \
-                and not (increment == WINDOW and any_open):
+        if only_going_on and not reader.stale(increment, any_open, changed):
             continue  # nothing it reads changed since the cuts
         out.append((t, df if cuts is None else replaced(df, increment, cuts), where))
     return out
@@ -214,15 +214,32 @@ def replaced(df: DataFrame, increment: str, cuts: DataFrame) -> DataFrame:
 
 
 class _Reader(Inputs):
-    """``Inputs`` that remembers which histories a builder read."""
+    """``Inputs`` that remembers what a builder read: which histories, whether landed tables, the log's end."""
 
     def __init__(self, inputs: Inputs):
-        super().__init__(inputs.histories, inputs.table, inputs.ranges, inputs.since)
         self.read: set[str] = set()
+        self.landed = self.end = False
+
+        def table(name: str) -> DataFrame:
+            self.landed = True
+            return inputs.table(name)
+
+        super().__init__(inputs.histories, table, inputs.ranges, inputs.since)
 
     def history(self, kind: str) -> DataFrame:
         self.read.add(kind)
         return super().history(kind)
+
+    @property
+    def ends(self) -> DataFrame:
+        self.end = True
+        return super().ends
+
+    def stale(self, increment: str, window_open: bool, changed: set[str]) -> bool:
+        """Whether the table built from what was read has rows to replace when the histories of kinds ``changed``
+        have a version begun or ended since the cuts: the landed tables and the log's end move with every new
+        record (the end matters while a window is open; ``CLUSTER`` tables keep no record of theirs)."""
+        return self.landed or (self.end and (window_open or increment == CLUSTER)) or bool(self.read & changed)
 
 
 def changed_kinds(x: Inputs, plan: EventPlan, cuts: DataFrame) -> set[str]:
