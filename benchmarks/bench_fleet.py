@@ -99,21 +99,26 @@ def pipeline(spark: Any, config: Any, inputs: Path) -> dict[str, Any]:
     from kraftlog.spark.ingest import ingest
 
     out: dict[str, Any] = {}
-    driver, workers = DriverMemory(), WorkerMemory()
+    driver = DriverMemory()
     driver.start()
-    workers.start()
+    peaks = []
     for step, run in (("ingest", lambda: ingest(spark, [str(inputs)], config)),
                       ("reconstruct", lambda: reconstruct(spark, config)),
                       ("analyze", lambda: analyze(spark, config))):
+        workers = WorkerMemory()  # per step: which step's tasks need the memory
+        workers.start()
         t = time.perf_counter()
         run()
         out[f"{step}_seconds"] = round(time.perf_counter() - t, 1)
+        workers.stop.set()
+        workers.join()
+        out[f"peak_worker_mb_{step}"] = workers.peak_kb // 1024
+        peaks.append(workers.peak_kb)
     driver.stop.set()
-    workers.stop.set()
     out.update({
         "total_seconds": round(sum(out[f"{s}_seconds"] for s in ("ingest", "reconstruct", "analyze")), 1),
         "peak_driver_jvm_mb": driver.jvm_kb // 1024, "peak_driver_python_mb": driver.python_kb // 1024,
-        "peak_worker_mb": workers.peak_kb // 1024,
+        "peak_worker_mb": max(peaks) // 1024,
     })
     return out
 
