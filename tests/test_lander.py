@@ -103,3 +103,31 @@ def test_a_strict_span_reports_records_outside_it_and_leaves_them_out() -> None:
     assert "base offset 0 where the file's name says 3" in ledger["errors"][0]
     assert any("3 record(s) outside the offsets this segment's name allows (3 and above), first at offset 0"
                in e for e in ledger["errors"])
+
+
+def test_a_file_lands_in_slices_the_same_rows_as_in_one_piece() -> None:
+    """A big segment is landed a chunk of records at a time (memory follows the chunk, not the file): the rows,
+    the batch rows and the ledger (metadata.version from the last FeatureLevelRecord of the file) are the same
+    as in one piece. Node 1's segments of the bundled sample (written by Kafka 3.9)."""
+    from conftest import SAMPLE
+
+    logs = sorted((SAMPLE / "node-1" / "__cluster_metadata-0").glob("*.log"))
+    files = [(FileRef(str(p), p.read_bytes(), 1000, IDENT, i), KeepSpec()) for i, p in enumerate(logs)]
+    assert files, "no segments in the bundled sample"
+
+    def land(rows_per_chunk: int) -> dict[str, pa.Table]:
+        lander = FileLander("run-1")
+        chunks = [*lander.feed(files, rows_per_chunk=rows_per_chunk), *lander.flush()]
+        out: dict[str, list[pa.Table]] = {}
+        for c in chunks:
+            for name, t in c.items():
+                out.setdefault(name, []).append(t)
+        return {n: pa.concat_tables(ts).drop_columns(["ingested_at"] if n == "files" else [])
+                .combine_chunks() for n, ts in out.items()}
+
+    whole, sliced = land(1 << 20), land(3)
+    assert set(sliced) == set(whole)
+    for name, t in whole.items():
+        assert sliced[name].equals(t), name
+    assert any(v is not None for v in whole["files"].column("metadata_version").to_pylist())
+    assert whole["records"].num_rows > 3 * len(files)  # every file was cut into slices

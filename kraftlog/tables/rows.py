@@ -285,10 +285,7 @@ class FileLander:
             if keep.sha256 is not None and content_sha256 != keep.sha256:
                 continue  # changed since the plan: the next run takes it
             cols = (columns or {}).get(ref.file_id) or read_columns(ref.content, ref.path)
-            with paused_gc():
-                self._file(ref, keep, content_sha256, cols, self._chunk)
-            if self._chunk.rows >= rows_per_chunk:
-                yield from self.flush()
+            yield from self._file(ref, keep, content_sha256, cols, rows_per_chunk)
 
     def flush(self) -> Iterator[dict[str, pa.Table]]:
         """The rows waiting in the current chunk."""
@@ -296,7 +293,12 @@ class FileLander:
         if chunk.files:
             yield self._tables(chunk)
 
-    def _file(self, ref: FileRef, keep: KeepSpec, content_sha256: str, cols: LogColumns, ch: _Chunk) -> None:
+    def _file(self, ref: FileRef, keep: KeepSpec, content_sha256: str, cols: LogColumns, rows_per_chunk: int
+              ) -> Iterator[dict[str, pa.Table]]:
+        """The rows of one file, added to the current chunk ``rows_per_chunk`` records at a time (a chunk is
+        flushed when full): the rows in memory follow the chunk, not the file (a metadata log segment grows to
+        ``metadata.log.segment.bytes``, 1 GiB by default). The batch rows come with the first slice, the
+        ledger row with the last."""
         info, snap, source, snap_offset = file_layout(ref.path)
         ident = ref.identity
         errors = [*ident.errors(ref.path, keep.problems), *cols.errors]
@@ -308,24 +310,38 @@ class FileLander:
         if keep.landed_batches:
             new_batches &= [(p, c) not in keep.landed_batches
                             for p, c in zip(cols.positions.tolist(), cols.headers["crc"].tolist(), strict=True)]
-        derived = np.asarray([self._derived(ch, v) for v in cols.distinct], np.int64)
-        index = derived[cols.code]
-        ch.files.append(_FileColumns(ident.cluster_id, ident.node_id, ref.path, info.kind, snap, source))
-        ch.records(cols, index, kept, snap_offset)
-        ch.batches(cols, new_batches)
-        offsets = cols.offset
-        ch.ledger.append({
-            "path": ref.path, "cluster_id": ident.cluster_id, "node_id": ident.node_id, "data_dir": ident.data_dir,
-            "file_kind": info.kind, "snapshot_id": snap, "deleted_snapshot": info.deleted, "size": len(ref.content),
-            "modification_time": ref.mtime_ms * 1000, "content_sha256": content_sha256,
-            "batches": len(cols.positions), "control_batches": int(cols.control.sum()), "records": len(offsets),
-            "crc_failures": int((~cols.crc_valid).sum()),
-            "first_offset": int(offsets.min()) if len(offsets) else None,
-            "last_offset": int(offsets.max()) if len(offsets) else None,
-            "metadata_version": self._metadata_version(ch, derived, cols.code), "status": "errors" if errors else "ok",
-            "error_count": len(errors), "errors": [e.describe() for e in errors[:MAX_ERRORS_KEPT]],
-            "ingested_at": datetime.now(UTC), "run_id": self.run_id,
-        })
+        n = len(cols.offset)
+        level: int | None = None
+        for lo in range(0, max(n, 1), rows_per_chunk):
+            hi = min(n, lo + rows_per_chunk)
+            ch = self._chunk
+            with paused_gc():
+                derived = np.full(len(cols.distinct), -1, np.int64)  # the slice's values, derived into the chunk
+                used = np.unique(cols.code[lo:hi])
+                derived[used] = [self._derived(ch, cols.distinct[i]) for i in used.tolist()]
+                part = np.zeros(n, np.bool_)
+                part[lo:hi] = kept[lo:hi]
+                ch.files.append(_FileColumns(ident.cluster_id, ident.node_id, ref.path, info.kind, snap, source))
+                ch.records(cols, derived[cols.code], part, snap_offset)
+                ch.batches(cols, new_batches if lo == 0 else np.zeros(len(new_batches), np.bool_))
+                level = _last_level(ch, derived, cols.code[lo:hi]) or level
+            if hi == n:
+                offsets = cols.offset
+                ch.ledger.append({
+                    "path": ref.path, "cluster_id": ident.cluster_id, "node_id": ident.node_id,
+                    "data_dir": ident.data_dir, "file_kind": info.kind, "snapshot_id": snap,
+                    "deleted_snapshot": info.deleted, "size": len(ref.content),
+                    "modification_time": ref.mtime_ms * 1000, "content_sha256": content_sha256,
+                    "batches": len(cols.positions), "control_batches": int(cols.control.sum()), "records": n,
+                    "crc_failures": int((~cols.crc_valid).sum()),
+                    "first_offset": int(offsets.min()) if n else None, "last_offset": int(offsets.max()) if n else None,
+                    "metadata_version": None if level is None else self.mv_names.get(str(level), f"level {level}"),
+                    "status": "errors" if errors else "ok", "error_count": len(errors),
+                    "errors": [e.describe() for e in errors[:MAX_ERRORS_KEPT]],
+                    "ingested_at": datetime.now(UTC), "run_id": self.run_id,
+                })
+            if ch.rows >= rows_per_chunk:
+                yield from self.flush()
 
     def _derived(self, ch: _Chunk, v: Value) -> int:
         """The chunk's derived entry of a distinct value (records of a corrupt batch get their own)."""
@@ -333,16 +349,6 @@ class FileLander:
         if i == len(ch.derived.decoded):  # a value new to the chunk
             ch.derived.add(self._derive(v))
         return i
-
-    def _metadata_version(self, ch: _Chunk, derived: np.ndarray, code: np.ndarray) -> str | None:
-        """The metadata.version the file's last FeatureLevelRecord for it sets (None if it has none)."""
-        is_control = ch.derived.columns["is_control"]
-        levels = [_metadata_level(ch.derived.decoded[i], is_control[i]) for i in derived.tolist()]
-        rows = np.flatnonzero(np.asarray([lv is not None for lv in levels], np.bool_)[code])
-        if not rows.size:
-            return None
-        level = levels[code[rows[-1]]]
-        return self.mv_names.get(str(level), f"level {level}")
 
     def _derive(self, v: Value) -> Derived:
         """What the columns of a record take from its key and value (and its batch's problems)."""
@@ -371,6 +377,18 @@ class FileLander:
                 out["batches"] = batches
             out["files"] = pa.Table.from_pylist(ch.ledger, self.cat.core["files"].schema)
             return out
+
+
+def _last_level(ch: _Chunk, derived: np.ndarray, code: np.ndarray) -> int | None:
+    """The metadata.version level the last FeatureLevelRecord for it among records ``code`` sets (None: none);
+    ``derived``: each distinct value's entry in the chunk."""
+    is_control = ch.derived.columns["is_control"]
+    levels = {c: _metadata_level(ch.derived.decoded[i], is_control[i])
+              for c, i in zip(np.unique(code).tolist(), derived[np.unique(code)].tolist(), strict=True)}
+    sets = np.zeros(len(derived), np.bool_)
+    sets[[c for c, level in levels.items() if level is not None]] = True
+    rows = np.flatnonzero(sets[code])
+    return levels[int(code[rows[-1]])] if rows.size else None
 
 
 def _metadata_level(d: Decoded, control: bool) -> int | None:
