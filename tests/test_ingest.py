@@ -509,3 +509,21 @@ def test_each_cluster_is_read_whole_by_one_task_without_a_shuffle(spark: Any, tm
     for part in parts:  # every cluster in a task has all its files there
         clusters = {files[p] for p in part}
         assert sum(1 for p in files if files[p] in clusters) == len(part)
+
+
+def test_a_new_cluster_too_big_to_decide_at_once_is_planned_from_its_headers_to_the_same_rows(
+        spark: Any, scenario: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new cluster's files are decided together in one task only up to ``TOGETHER_BYTES`` (that task holds all
+    their columns at once); a bigger one goes through the header pass: the landed tables are the same."""
+    from services import table_rows
+
+    import kraftlog.spark.ingest as ingest_module
+
+    monkeypatch.setattr(ingest_module, "TOGETHER_BYTES", 0)
+    result = ingest(spark, [str(SAMPLE)], Config.load(warehouse={"path": str(tmp_path)}))
+    assert result.files_contested < scenario[1].files_contested  # only files whose offsets overlap
+    cat = catalog()
+    for t in [*cat.core.values(), *cat.typed.values()]:
+        if t.name == "runs":  # what each run did (this one planned differently), not what landed
+            continue
+        assert table_rows(str(tmp_path / t.name)) == table_rows(str(scenario[0] / t.name)), t.name

@@ -189,6 +189,11 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
     return _finish(store, cat, manifest, result, t0, inputs)
 
 
+# a new cluster's files decided together hold all their columns at once in one task (about 12 times their
+# size); past this, the cluster is planned from its headers, and only files whose offsets overlap are decided
+TOGETHER_BYTES = 64 << 20
+
+
 def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _File],
          ledger: list[dict[str, object]], latest: dict[str, dict[str, object]], manifest: Manifest,
          result: IngestResult) -> None:
@@ -203,11 +208,16 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _
                          _landed(ledger), _landed_dirs(ledger))
     keep = dict(named)
     result.files_clean = len(named)
-    # clusters no earlier run landed anything of: their other files are decided together as they land
+    # clusters no earlier run landed anything of: their other files are decided together as they land, unless
+    # they are too big to hold at once (``TOGETHER_BYTES``): those are planned from their headers
     landed_clusters = {str(r["cluster_id"]) for r in ledger}
     seen = landed_clusters | {todo[p].identity.cluster_id for p in ordered if p in latest}
-    together = {p: todo[p].identity.cluster_id for p in ordered
-                if p not in named and todo[p].identity.cluster_id not in seen}
+    new = [p for p in ordered if p not in named and todo[p].identity.cluster_id not in seen]
+    new_bytes: dict[str, int] = {}
+    for p in new:
+        new_bytes[todo[p].identity.cluster_id] = new_bytes.get(todo[p].identity.cluster_id, 0) + todo[p].size
+    together = {p: todo[p].identity.cluster_id for p in new
+                if new_bytes[todo[p].identity.cluster_id] <= TOGETHER_BYTES}
     rest = [p for p in ordered if p not in named and p not in together]
     if rest:
         keep.update(_plan_from_headers(spark, store, cat, rest, todo, ids, ledger, latest, landed_clusters,
