@@ -315,16 +315,16 @@ class FileLander:
         for lo in range(0, max(n, 1), rows_per_chunk):
             hi = min(n, lo + rows_per_chunk)
             ch = self._chunk
-            with paused_gc():
-                derived = np.full(len(cols.distinct), -1, np.int64)  # the slice's values, derived into the chunk
-                used = np.unique(cols.code[lo:hi])
-                derived[used] = [self._derived(ch, cols.distinct[i]) for i in used.tolist()]
-                part = np.zeros(n, np.bool_)
-                part[lo:hi] = kept[lo:hi]
+            with paused_gc():  # work and memory per slice follow the slice, not the file
+                code = cols.code[lo:hi]
+                used = np.unique(code)  # the slice's distinct values (sorted codes), derived into the chunk
+                entries = np.asarray([self._derived(ch, cols.distinct[i]) for i in used.tolist()], np.int64)
+                at = np.searchsorted(used, code)  # each record of the slice: its place in ``used``
+                rows = np.flatnonzero(kept[lo:hi])
                 ch.files.append(_FileColumns(ident.cluster_id, ident.node_id, ref.path, info.kind, snap, source))
-                ch.records(cols, derived[cols.code], part, snap_offset)
+                ch.records(cols, lo + rows, entries[at[rows]], snap_offset)
                 ch.batches(cols, new_batches if lo == 0 else np.zeros(len(new_batches), np.bool_))
-                level = _last_level(ch, derived, cols.code[lo:hi]) or level
+                level = _last_level(ch, entries, at) or level
             if hi == n:
                 offsets = cols.offset
                 ch.ledger.append({
@@ -379,16 +379,13 @@ class FileLander:
             return out
 
 
-def _last_level(ch: _Chunk, derived: np.ndarray, code: np.ndarray) -> int | None:
-    """The metadata.version level the last FeatureLevelRecord for it among records ``code`` sets (None: none);
-    ``derived``: each distinct value's entry in the chunk."""
+def _last_level(ch: _Chunk, entries: np.ndarray, at: np.ndarray) -> int | None:
+    """The metadata.version level the last FeatureLevelRecord for it among some records sets (None: none);
+    ``entries``: the chunk's derived entry of each distinct value, ``at``: each record's value in ``entries``."""
     is_control = ch.derived.columns["is_control"]
-    levels = {c: _metadata_level(ch.derived.decoded[i], is_control[i])
-              for c, i in zip(np.unique(code).tolist(), derived[np.unique(code)].tolist(), strict=True)}
-    sets = np.zeros(len(derived), np.bool_)
-    sets[[c for c, level in levels.items() if level is not None]] = True
-    rows = np.flatnonzero(sets[code])
-    return levels[int(code[rows[-1]])] if rows.size else None
+    levels = [_metadata_level(ch.derived.decoded[i], is_control[i]) for i in entries.tolist()]
+    rows = np.flatnonzero(np.asarray([level is not None for level in levels], np.bool_)[at])
+    return levels[int(at[rows[-1]])] if rows.size else None
 
 
 def _metadata_level(d: Decoded, control: bool) -> int | None:
@@ -477,8 +474,8 @@ class _Chunk:
         self.index = np.empty(0, np.int64)  # each record row's derived entry (set by records_table)
         self.typed_of: pa.Array | None = None  # each record row's typed table (set by records_table)
 
-    def records(self, cols: LogColumns, index: np.ndarray, kept: np.ndarray, snap_offset: int | None) -> None:
-        """The record rows ``kept`` of a file; ``index``: each record's derived entry."""
+    def records(self, cols: LogColumns, kept: np.ndarray, index: np.ndarray, snap_offset: int | None) -> None:
+        """The record rows ``kept`` (their places in the file) of a file; ``index``: their derived entries."""
         offsets, batch = cols.offset[kept], cols.batch[kept]
         n = len(offsets)
         self.record_counts.append(n)
@@ -488,11 +485,11 @@ class _Chunk:
         c["log_offset"].append(np.full(n, snap_offset, np.int64) if snapshot else offsets)
         c["snapshot_seq"].append(offsets)
         c["seq_valid"].append(np.full(n, snapshot, np.bool_))
-        c["batch_epoch"].append(cols.headers["partition_leader_epoch"].astype(np.int32)[batch])
+        c["batch_epoch"].append(cols.headers["partition_leader_epoch"][batch].astype(np.int32))
         c["timestamp"].append(cols.timestamp[kept])
-        c["batch_base_offset"].append(cols.headers["base_offset"].astype(np.int64)[batch])
+        c["batch_base_offset"].append(cols.headers["base_offset"][batch].astype(np.int64))
         c["file_position"].append(cols.position[kept])
-        c["derived"].append(index[kept])
+        c["derived"].append(index)
 
     def batches(self, cols: LogColumns, new: np.ndarray) -> None:
         """The batch rows ``new`` of a file."""
