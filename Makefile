@@ -27,11 +27,7 @@ test-fast: $(STAMP)
 
 ## the main job, end to end, on the bundled sample: local Spark, Delta tables under ./warehouse
 run: $(STAMP)
-	$(BIN)/kraftlog ingest samples/scenario-a --warehouse warehouse
-	$(BIN)/kraftlog reconstruct --warehouse warehouse
-	$(BIN)/kraftlog verify --warehouse warehouse --quiet
-	$(BIN)/kraftlog analyze --warehouse warehouse
-	$(BIN)/kraftlog report --warehouse warehouse --out out/report.html
+	$(BIN)/kraftlog run samples/scenario-a --warehouse warehouse --verify --report-dir out/reports
 
 ## decoder rate vs. the framing floor (one core); ingest and history build on local[2] (corpus, 10x corpus);
 ## the pipeline's wall time on each deployment path (local, S3, standalone cluster, Spark Connect); the pipeline on

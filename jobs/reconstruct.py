@@ -13,6 +13,7 @@ import sys
 
 from kraftlog.spark.history import reconstruct, verify_tables
 from kraftlog.spark.session import job_arguments
+from kraftlog.state.local import verify_lines
 
 
 def _options(ap: argparse.ArgumentParser) -> None:
@@ -27,14 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     print(reconstruct(spark, config, clusters=args.cluster, full=args.full).line())
     if not args.verify:
         return 0
-    report = verify_tables(spark, config, clusters=args.cluster)
-    checked = [c for _, checks in report for c in checks if c.reachable]
-    bad = [(cid, c) for cid, checks in report for c in checks if c.differences]
-    for cid, c in bad:
-        print(f"{cid} {c.snapshot_id}: {len(c.differences)} difference(s)", *(d.describe() for d in c.differences[:20]),
-              sep="\n  ")
-    print(f"snapshots checked: {len(checked)}, with differences: {len(bad)}")
-    return 1 if bad else 0
+    lines, differing = verify_lines(verify_tables(spark, config, clusters=args.cluster), quiet=True)
+    print("\n".join(lines))
+    return 1 if differing else 0
 
 
 if __name__ == "__main__":

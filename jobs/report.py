@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kraftlog.analytics.report import Period, render_index, report_name
+from kraftlog.analytics.report import Period
 from kraftlog.points import parse_bound, parse_time
-from kraftlog.spark.reports import build_report, build_reports
+from kraftlog.spark.reports import build_report, write_reports
 from kraftlog.spark.session import job_arguments
 from kraftlog.spark.store import store_for
-from kraftlog.storage import join, normalize
+from kraftlog.storage import normalize
 
 
 def _options(ap: argparse.ArgumentParser) -> None:
@@ -49,14 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         report = build_report(store, args.cluster[0] if args.cluster else None, period)
         print(f"report of {report.cluster_id} ({period.text()}): {write(normalize(args.out), report.html())}")
         return 0
-    pages = []
-    out_dir = normalize(args.out_dir)
-    for report in build_reports(store, args.cluster, period):
-        name = report_name(report.cluster_id)
-        print(f"report of {report.cluster_id} ({period.text()}): {write(join(out_dir, name), report.html())}")
-        pages.append((report, name))
-    index = write(join(out_dir, "index.html"), render_index(pages, period))
-    print(f"overview of {len(pages)} cluster(s): {index}")
+    print("\n".join(write_reports(store, args.cluster, period, args.out_dir)))
     return 0
 
 

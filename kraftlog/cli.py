@@ -83,6 +83,23 @@ _POINT = ("an offset, a time (2026-11-21T03:14:00Z, ms:<epoch millis>, now, or a
           "or latest (the end)")
 
 
+def _period(start: str | None, end: str | None):  # type: ignore[no-untyped-def]
+    """The ``--from``/``--to`` options as a report's period (a bad value: a usage error, exit status 2)."""
+    from kraftlog.analytics.report import Period
+    from kraftlog.errors import PointError
+    from kraftlog.points import parse_bound, parse_time
+
+    try:
+        return Period(parse_time(start) if start else None, parse_bound(end))
+    except PointError as e:
+        raise click.BadParameter(str(e)) from e
+
+
+_REPORT_FROM = click.option("--from", "start", help="Start of the period: a time (ISO-8601, ms:<epoch millis>, now, "
+                            "or ago: -1h, -7d). Default: the start.")
+_REPORT_TO = click.option("--to", "end", help="End of the period: the same, or latest. Default: the end of the log.")
+
+
 def _spark_store(warehouse: str | None, conf_file: str | None):  # type: ignore[no-untyped-def]
     """(session, store, config) for the warehouse of the profile (or ``warehouse``)."""
     from kraftlog.spark.session import build_session
@@ -251,9 +268,8 @@ def analyze(warehouse: str | None, conf_file: str | None, clusters: tuple[str, .
 @click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse).")
 @_PROFILE
 @click.option("--cluster", help="Cluster id, when there are several.")
-@click.option("--from", "start", help="Start of the period: a time (ISO-8601, ms:<epoch millis>, now, or ago: -1h, "
-              "-7d). Default: the start.")
-@click.option("--to", "end", help="End of the period: the same, or latest. Default: the end of the log.")
+@_REPORT_FROM
+@_REPORT_TO
 @click.option("--out", help="HTML file to write: a path or a URI (s3://bucket/reports/x.html) "
               "(default: report-<cluster>.html).")
 def report(warehouse: str | None, conf_file: str | None, cluster: str | None, start: str | None, end: str | None,
@@ -262,16 +278,11 @@ def report(warehouse: str | None, conf_file: str | None, cluster: str | None, st
 
     Reads the event tables: run `kraftlog analyze` first.
     """
-    from kraftlog.analytics.report import Period, report_name
-    from kraftlog.errors import PointError
-    from kraftlog.points import parse_bound, parse_time
+    from kraftlog.analytics.report import report_name
     from kraftlog.spark.reports import build_report
     from kraftlog.storage import normalize
 
-    try:
-        period = Period(parse_time(start) if start else None, parse_bound(end))
-    except PointError as e:  # a bad option value: a usage error (exit status 2), as click reports its own
-        raise click.BadParameter(str(e)) from e
+    period = _period(start, end)
     _, store, _ = _spark_store(warehouse, conf_file)
     rep = build_report(store, cluster, period)
     page = rep.html().encode("utf-8")
@@ -301,7 +312,8 @@ def maintain(warehouse: str | None, conf_file: str | None, z_order: bool, retent
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
-@click.option("--warehouse", help="Verify the ingested tables of this warehouse instead (Spark).")
+@click.option("--warehouse", help="Verify the tables of this warehouse instead (Spark): its histories when they are "
+              "up to date with its landed tables, else histories built from those aside.")
 @_PROFILE
 @click.option("--quiet", is_flag=True, help="Only differences and the totals.")
 def verify(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, quiet: bool) -> None:
@@ -319,24 +331,11 @@ def verify(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None
         from kraftlog.state.local import load_clusters
         from kraftlog.state.local import verify as verify_cluster
 
-        report = []
-        for p in paths:
-            for cl in load_clusters([p]):
-                report.append((cl.cluster_id, verify_cluster(cl)))
-    checked = differing = 0
-    for cluster_id, checks in report:
-        for c in checks:
-            if not c.reachable:
-                if not quiet:
-                    click.echo(f"{cluster_id} {c.snapshot_id}: skipped ({c.note})")
-                continue
-            checked += 1
-            differing += bool(c.differences)
-            if c.differences or not quiet:
-                click.echo(f"{cluster_id} {c.snapshot_id}: {len(c.differences)} difference(s)")
-            for d in c.differences:
-                click.echo(f"  {d.describe()}")
-    click.echo(f"snapshots checked: {checked}, with differences: {differing}")
+        report = [(cl.cluster_id, verify_cluster(cl)) for p in paths for cl in load_clusters([p])]
+    from kraftlog.state.local import verify_lines
+
+    lines, differing = verify_lines(report, quiet)
+    click.echo("\n".join(lines))
     sys.exit(1 if differing else 0)
 
 
@@ -379,9 +378,18 @@ def ingest(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None,
     Incremental and idempotent: a re-run adds only what is new; a run killed half-way is completed by
     the next one.
     """
+    from kraftlog.spark.ingest import ingest as run_ingest
+
+    spark, config, found = _landing(paths, warehouse, conf_file, quiet, allow_empty)
+    click.echo(run_ingest(spark, list(paths), config, allow_empty=allow_empty, found=found).line())
+
+
+def _landing(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None, quiet: bool,  # type: ignore[no-untyped-def]
+             allow_empty: bool):
+    """(session, config, data directories under ``paths``) of a run that lands ``paths``: what can be told
+    without Spark (no data directory, an unreachable warehouse) is told before it starts."""
     import logging
 
-    from kraftlog.spark.ingest import ingest as run_ingest
     from kraftlog.spark.session import build_session
     from kraftlog.spark.store import check_warehouse
     from kraftlog.storage import normalize
@@ -390,11 +398,36 @@ def ingest(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None,
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
     config = _config(warehouse, conf_file)
-    # what can be told without Spark is told before it starts (and the listing is not done twice)
     found = find_data_dirs([normalize(p) for p in paths], config.storage.lister(), allow_empty)
     check_warehouse(config.storage, config.warehouse)
-    spark = build_session(config)
-    click.echo(run_ingest(spark, list(paths), config, allow_empty=allow_empty, found=found).line())
+    return build_session(config), config, found
+
+
+@main.command("run")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse).")
+@_PROFILE
+@click.option("--verify", is_flag=True, help="Check the histories against every snapshot they reach; exit status 1 "
+              "when one differs (the other steps still run).")
+@click.option("--report-dir", help="Write report-<cluster>.html for every cluster and index.html here (a path or a "
+              "URI).")
+@_REPORT_FROM
+@_REPORT_TO
+@click.option("--quiet", is_flag=True, help="Only the steps' summaries.")
+@click.option("--allow-empty", is_flag=True,
+              help="Succeed when PATHS hold no KRaft data directory (default: an error).")
+def run(paths: tuple[str, ...], warehouse: str | None, conf_file: str | None, verify: bool, report_dir: str | None,
+        start: str | None, end: str | None, quiet: bool, allow_empty: bool) -> None:
+    """Ingest PATHS, then bring the histories and event tables up to date, in one Spark session.
+
+    The steps of `kraftlog ingest`, `reconstruct`, `verify` (with --verify), `analyze` and the reports (with
+    --report-dir), each as its own command does it, sharing one start-up: what an hourly schedule runs.
+    """
+    from kraftlog.spark.pipeline import Steps, run_pipeline
+
+    steps = Steps(verify, report_dir, _period(start, end), allow_empty)
+    spark, config, found = _landing(paths, warehouse, conf_file, quiet, allow_empty)
+    sys.exit(1 if run_pipeline(spark, config, list(paths), steps, found, click.echo) else 0)
 
 
 if __name__ == "__main__":

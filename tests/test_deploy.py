@@ -101,11 +101,16 @@ def test_standalone_cluster_with_the_packed_environment(tmp_path: Path, standalo
     assert probe["python"] and all(p.endswith("/env/bin/python") and ".venv" not in p for p in probe["python"])
     assert all("/env/lib/python" in k for k in probe["kraftlog"])  # the wheel installed in the packed env
     wh = "s3://kraftlog/standalone"
-    out = _run([*submit, str(ROOT / "jobs" / "ingest.py"), "--warehouse", wh, "s3://kraftlog/archive"], env, tmp_path)
-    assert "errors 0" in out
-    _run([*submit, str(ROOT / "jobs" / "reconstruct.py"), "--warehouse", wh, "--verify"], env, tmp_path)
-    _run([*submit, str(ROOT / "jobs" / "analytics.py"), "--warehouse", wh], env, tmp_path)
+    # the whole run as one application (jobs/pipeline.py); Spark Connect below runs the steps' own jobs
+    out = _run([*submit, str(ROOT / "jobs" / "pipeline.py"), "--warehouse", wh, "--verify",
+                "--report-dir", "s3://kraftlog/reports", "s3://kraftlog/archive"], env, tmp_path)
+    assert "errors 0" in out and "snapshots checked: 132, with differences: 0" in out
+    assert "overview of 1 cluster(s): s3://kraftlog/reports/index.html" in out
     assert_same_tables(local_wh, wh, s3)
+    from kraftlog.storage import Storage
+
+    page = Storage.from_environment(environ=s3).read_bytes("s3://kraftlog/reports/index.html")
+    assert b"T4vFxmI9RFCnFwCmltnwag" in page
 
 
 # -- Spark Connect -----------------------------------------------------------------------------------------

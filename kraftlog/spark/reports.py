@@ -13,11 +13,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.definitions import event_tables
-from kraftlog.analytics.report import Activity, Now, Period, Report, bin_seconds
+from kraftlog.analytics.report import Activity, Now, Period, Report, bin_seconds, render_index, report_name
 from kraftlog.identity import choose_cluster
 from kraftlog.spark.history import built_clusters, offset_at, read_histories, state_at
 from kraftlog.spark.predicates import of_clusters
 from kraftlog.spark.store import TableStore
+from kraftlog.storage import join, normalize
 from kraftlog.tables.definitions import catalog
 
 
@@ -107,3 +108,19 @@ def build_report(store: TableStore, cluster: str | None, period: Period) -> Repo
     """The report of ``cluster`` (its id, or the only cluster built) over ``period``."""
     cluster_id = choose_cluster(sorted(built_clusters(store)), cluster)
     return build_reports(store, [cluster_id], period)[0]
+
+
+def write_reports(store: TableStore, clusters: list[str] | None, period: Period, out_dir: str) -> list[str]:
+    """Write ``report-<cluster>.html`` for each of ``clusters`` (None: every cluster built) and ``index.html`` (a row
+    per cluster, linking to its page) under ``out_dir`` (a path or a URI); one line per page written."""
+    out_dir = normalize(out_dir)
+    pages, lines = [], []
+    for report in build_reports(store, clusters, period):
+        name = report_name(report.cluster_id)
+        uri = join(out_dir, name)
+        store.storage.write_bytes(uri, report.html().encode("utf-8"))
+        lines.append(f"report of {report.cluster_id} ({period.text()}): {uri}")
+        pages.append((report, name))
+    index = join(out_dir, "index.html")
+    store.storage.write_bytes(index, render_index(pages, period).encode("utf-8"))
+    return [*lines, f"overview of {len(pages)} cluster(s): {index}"]

@@ -228,6 +228,29 @@ class SnapshotCheck:
     note: str = ""
 
 
+VerifyReport = list[tuple[str, list[SnapshotCheck]]]  # per cluster, its snapshot checks
+
+
+def verify_lines(report: VerifyReport, quiet: bool = False) -> tuple[list[str], int]:
+    """A verify report as text (a line per snapshot, then its differences; ``quiet``: only snapshots that differ;
+    then the totals) and the number of snapshots that differ."""
+    lines = []
+    checked = differing = 0
+    for cluster_id, checks in report:
+        for c in checks:
+            if not c.reachable:
+                if not quiet:
+                    lines.append(f"{cluster_id} {c.snapshot_id}: skipped ({c.note})")
+                continue
+            checked += 1
+            differing += bool(c.differences)
+            if c.differences or not quiet:
+                lines.append(f"{cluster_id} {c.snapshot_id}: {len(c.differences)} difference(s)")
+            lines.extend(f"  {d.describe()}" for d in c.differences)
+    lines.append(f"snapshots checked: {checked}, with differences: {differing}")
+    return lines, differing
+
+
 def snapshot_image(s: Snapshot, previous: Image | None = None) -> Image:
     """The image a snapshot describes (loaded on top of ``previous`` as Kafka's loader does)."""
     r = Replayer()
