@@ -153,6 +153,33 @@ def test_going_on_from_an_open_transaction_reports_its_problems_once(spark: Any,
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
 
 
+def test_going_on_from_inside_a_transaction_applies_its_control_records_once(spark: Any, tmp_path: Path) -> None:
+    """Control records (voters, kraft.version) apply at their own offset inside a metadata transaction: going on
+    from its Begin, the versions they began since are replayed again, not kept twice (found by Hypothesis)."""
+    def voters(*ids: int) -> tuple[str, str, int, dict[str, Any]]:
+        return ("control", "KRaftVoters", 0, {"version": 0, "voters": [
+            {"voter_id": i, "voter_directory_id": f"AAAAAAAAAAAAAAAAAAAAy{'QgA'[i - 1]}",
+             "endpoints": [{"name": "CONTROLLER", "host": "c", "port": 9093 + i}],
+             "kraft_version_feature": {"min_supported_version": 0, "max_supported_version": 1}} for i in ids]})
+
+    log = [("meta", "TOPIC_RECORD", 0, {"topic_id": "AAAAAAAAAAAAAAAAAAAAZQ", "name": "a"}),  # 0
+           ("meta", "BEGIN_TRANSACTION_RECORD", 0, {"name": "x"}),  # 1
+           ("meta", "TOPIC_RECORD", 0, {"topic_id": "AAAAAAAAAAAAAAAAAAAAZg", "name": "b"}),  # 2
+           voters(1), voters(1, 2),  # 3, 4
+           ("control", "KRaftVersion", 0, {"version": 0, "kraft_version": 1}),  # 5; the cut: 6
+           ("meta", "END_TRANSACTION_RECORD", 0, {}),  # 6
+           voters(2), ("meta", "NO_OP_RECORD", 0, {})]  # 7, 8
+    source = tmp_path / "src"
+    write_cluster(source, GenCluster("c", log))
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    land_and_build(spark, copy_upto(source, inputs, 6), wh)
+    (state,) = DeltaTable(str(wh / "replay_state")).to_pyarrow_table().to_pylist()
+    assert (state["last_offset"], state["resume_offset"]) == (5, 1)  # ended inside the transaction begun at 1
+    grown = land_and_build(spark, copy_upto(source, inputs, 1 << 40), wh)
+    assert grown.resumed == 1
+    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+
+
 def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluster_tables(spark: Any,
                                                                                         tmp_path: Path) -> None:
     topic = "AAAAAAAAAAAAAAAAAAAAZQ"
@@ -172,6 +199,44 @@ def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluste
     moved = {name for name in event_tables() if DeltaTable(str(wh / name)).version() != versions[name]}
     assert "under_replicated" in moved and "log_health" in moved  # the open window's length; the log's volume
     assert not moved & {"leader_elections", "isr_changes", "config_changes", "broker_lifecycle"}  # nothing to add
+    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+
+
+def test_topic_lifecycle_goes_on_from_the_cut_and_still_sees_names_and_partitions_from_before(
+        spark: Any, tmp_path: Path) -> None:
+    """After the cut: a name of a topic deleted before it is used again, a topic created before it grows and is
+    deleted. Only the rows from the cut on are rewritten, and they are those of a build from scratch."""
+    t1, t2, t3 = "AAAAAAAAAAAAAAAAAAAAAQ", "AAAAAAAAAAAAAAAAAAAAAg", "AAAAAAAAAAAAAAAAAAAAAw"
+
+    def partition(topic: str, p: int) -> tuple[str, str, int, dict[str, Any]]:
+        return ("meta", "PARTITION_RECORD", 0, {"topic_id": topic, "partition_id": p, "replicas": [1], "isr": [1],
+                                                "removing_replicas": [], "adding_replicas": [], "leader": 1,
+                                                "leader_epoch": 0, "partition_epoch": 0})
+
+    log = [("meta", "TOPIC_RECORD", 0, {"topic_id": t1, "name": "a"}), partition(t1, 0),  # batch at 0
+           ("meta", "REMOVE_TOPIC_RECORD", 0, {"topic_id": t1}),  # 2
+           ("meta", "TOPIC_RECORD", 0, {"topic_id": t2, "name": "b"}), partition(t2, 0),  # 3
+           ("meta", "NO_OP_RECORD", 0, {}),  # 5; the cut: 6
+           ("meta", "TOPIC_RECORD", 0, {"topic_id": t3, "name": "a"}), partition(t3, 0),  # 6
+           partition(t2, 1), partition(t2, 2),  # 8
+           ("meta", "REMOVE_TOPIC_RECORD", 0, {"topic_id": t2}),  # 10
+           ("meta", "NO_OP_RECORD", 0, {})]  # 11
+    source = tmp_path / "src"
+    write_cluster(source, GenCluster("c", log), sizes=[2, 1, 2, 1, 2, 2, 1, 1])
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    land_build_analyze(spark, copy_upto(source, inputs, 6), wh)
+    before = DeltaTable(str(wh / "topic_lifecycle")).version()
+    _, events = land_build_analyze(spark, copy_upto(source, inputs, 1 << 40), wh)
+    assert list(events.plan.going_on) == ["c"], events.line()
+    table = DeltaTable(str(wh / "topic_lifecycle"))
+    commits = table.history(table.version() - before)  # no row before the cut: the rows of 6 on only added
+    assert [(c["operation"], c["operationParameters"].get("mode")) for c in commits] == [("WRITE", "Append")], commits
+    rows = sorted((r["log_offset"], r["topic_id"], r["topic_name"], r["event"], r["partitions_before"],
+                   r["partitions_after"], r["name_reused"], r["previous_topic_id"])
+                  for r in DeltaTable(str(wh / "topic_lifecycle")).to_pyarrow_table().to_pylist())
+    assert rows == [(0, t1, "a", "create", 0, 1, False, None), (2, t1, "a", "delete", 1, 0, None, None),
+                    (3, t2, "b", "create", 0, 1, False, None), (6, t3, "a", "create", 0, 1, True, t1),
+                    (8, t2, "b", "partitions_added", 1, 3, None, None), (10, t2, "b", "delete", 3, 0, None, None)]
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
 
 

@@ -165,7 +165,7 @@ def event_tables() -> dict[str, TableDef]:
             col("partitions_after", pa.int32(), "Partition count after"),
             col("name_reused", pa.bool_(), "On create: another topic id had this name before"),
             col("previous_topic_id", pa.string(), "That topic id"),
-        ], ("topic_id", "log_offset", "event")),
+        ], ("topic_id", "log_offset", "event"), POINT),
         _table("config_changes", "Dynamic config changes: old and new value (redacted where sensitive).", [
             *_at(), col("resource_type", pa.string(), "TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP"),
             col("resource_name", pa.string(), "Resource (\"\" = the cluster default for BROKER)"),

@@ -33,9 +33,20 @@ class Inputs:
     # clusters whose histories hold only the versions holding at ``since`` or later (cluster_id, since): an
     # incremental analysis, whose rows before ``since`` are not rebuilt (``kraftlog.spark.analyze``)
     since: DataFrame | None = None
+    whole: Mapping[str, DataFrame] | None = None  # the histories of the same clusters, not cut at ``since``
 
-    def history(self, kind: str) -> DataFrame:
-        return self.histories[kind]
+    def history(self, kind: str, whole: bool = False) -> DataFrame:
+        """The history of ``kind``; ``whole``: every version, also in an incremental analysis (for small
+        histories that events from ``since`` on look back into, as a topic's name used before)."""
+        return self.whole[kind] if whole and self.whole is not None else self.histories[kind]
+
+    def log_records(self) -> DataFrame:
+        """The landed log records (``records`` rows of the log), from ``since`` on in an incremental analysis."""
+        records = self.table("records").filter(F.col("source") == "log")
+        if self.since is None:
+            return records
+        return (records.join(F.broadcast(self.since), "cluster_id", "left")
+                .filter(F.col("since").isNull() | (F.col("log_offset") >= F.col("since"))).drop("since"))
 
     @property
     def bases(self) -> DataFrame:
@@ -223,14 +234,20 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
         mir.filter(F.col("valid_to_offset").isNotNull()).select(
             "cluster_id", "resource_type", "resource_name", F.col("valid_to_offset").alias("at"),
             F.col("valid_to").alias("at_time")))
-    live = parts.select(F.col("cluster_id").alias("_pc"), "topic_id", "partition_id", "topic_name", "leader",
-                        F.col("valid_from_offset").alias("_f"), F.col("valid_to_offset").alias("_t"))
-    affected = (bounds.join(live, (F.col("_pc") == F.col("cluster_id")) & valid_at(F.col("at"), "_f", "_t"))
-                .filter(((F.col("resource_type") == topic) & (F.col("resource_name") == F.col("topic_name")))
-                        | ((F.col("resource_type") == broker)
-                           & F.col("resource_name").isin(F.lit(""), F.col("leader").cast("string"))))
+    live = parts.select(F.col("cluster_id").alias("_pc"), "topic_id", "partition_id", F.col("topic_name").alias("_pn"),
+                        F.col("leader").cast("string").alias("_pl"), F.col("valid_from_offset").alias("_f"),
+                        F.col("valid_to_offset").alias("_t"))
+
+    def touched(scope: Column, match: Column) -> DataFrame:  # the partition versions a boundary applies to
+        return (bounds.filter(scope).join(live, (F.col("_pc") == F.col("cluster_id")) & match
+                                          & valid_at(F.col("at"), "_f", "_t"))
                 .select(*PARTITION, "at", "at_time"))
-    points = points.unionByName(affected)
+
+    # a topic's config, its leader's broker config (equi-joins), the cluster default (every partition)
+    points = (points.unionByName(touched(F.col("resource_type") == topic, F.col("resource_name") == F.col("_pn")))
+              .unionByName(touched((F.col("resource_type") == broker) & (F.col("resource_name") != ""),
+                                   F.col("resource_name") == F.col("_pl")))
+              .unionByName(touched((F.col("resource_type") == broker) & (F.col("resource_name") == ""), F.lit(True))))
     if inputs.since is not None:  # from `since` on: every point, and the state at `since` itself (a point of its own)
         cut = F.broadcast(inputs.since)
         at_cut = parts.join(cut, "cluster_id").filter(valid_at(F.col("since"))).select(
@@ -401,8 +418,12 @@ def zk_migration(inputs: Inputs) -> DataFrame:
 # -- topics, configs, quotas, ACLs, SCRAM ---------------------------------------------------------------------
 
 def topic_lifecycle(inputs: Inputs) -> DataFrame:
-    """Topic ids created (and whether the name was used before), grown, and deleted."""
-    topics = at_start(inputs, inputs.history("topics"))
+    """Topic ids created (and whether the name was used before), grown, and deleted.
+
+    Incrementally (``inputs.since``), the rows from ``since`` on are exact: topics are read whole (a name's earlier
+    topic), partitions from ``since`` on (every partition of a topic alive then is there, and those born later are
+    whole), and records from ``since`` on (the batches of the partitions born since)."""
+    topics = at_start(inputs, inputs.history("topics", whole=True))
     first = topics.groupBy("cluster_id", "topic_id").agg(
         F.min("valid_from_offset").alias("_created"), F.min("valid_from").alias("_created_time"),
         F.min_by("name", "valid_from_offset").alias("topic_name"),
@@ -410,8 +431,8 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
     by_name = Window.partitionBy("cluster_id", "topic_name").orderBy("_created")
     first = first.withColumn("previous_topic_id", F.lag("topic_id").over(by_name))
     # partitions appear in the batch that creates the topic, or later in batches that add partitions
-    records = inputs.table("records").filter(F.col("source") == "log").select(
-        "cluster_id", F.col("log_offset").alias("valid_from_offset"), "batch_base_offset")
+    records = inputs.log_records().select("cluster_id", F.col("log_offset").alias("valid_from_offset"),
+                                          "batch_base_offset")
     born = (inputs.history("partitions").groupBy("cluster_id", "topic_id", "partition_id")
             .agg(F.min("valid_from_offset").alias("valid_from_offset"), F.min("valid_from").alias("_t"))
             .join(records, ["cluster_id", "valid_from_offset"], "left")

@@ -173,7 +173,8 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: str |
         return only(df) if versions is None else df.filter(F.expr(versions))
 
     cut = store.spark.createDataFrame(list(since.items()), "cluster_id string, since long") if since else None
-    return Inputs({k: rows(v) for k, v in histories.items()}, lambda name: only(source(name)), only(ranges), cut)
+    return Inputs({k: rows(v) for k, v in histories.items()}, lambda name: only(source(name)), only(ranges), cut,
+                  {k: only(v) for k, v in histories.items()})
 
 
 def event_frames(x: Inputs, names: list[str] | None = None) -> dict[str, DataFrame]:
@@ -219,11 +220,11 @@ class _Reader(Inputs):
             self.landed = True
             return inputs.table(name)
 
-        super().__init__(inputs.histories, table, inputs.ranges, inputs.since)
+        super().__init__(inputs.histories, table, inputs.ranges, inputs.since, inputs.whole)
 
-    def history(self, kind: str) -> DataFrame:
+    def history(self, kind: str, whole: bool = False) -> DataFrame:
         self.read.add(kind)
-        return super().history(kind)
+        return super().history(kind, whole)
 
     @property
     def ends(self) -> DataFrame:

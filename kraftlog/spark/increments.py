@@ -8,7 +8,9 @@ records it applied. The next build compares each cluster with that row:
 * **go on**: same base, the log only grew, and the records applied before are exactly the same
   (count and digest): the replay restarts from the current versions the last build left (its open
   history rows are the image) and applies only the new records; the open rows are rewritten, closed
-  rows stay;
+  rows stay. A build that ended inside a metadata transaction goes on from its Begin: the control records
+  applied since (they do not wait for the End) are applied again, so the image is the versions holding just
+  before the Begin and the rows those records began or ended are rewritten too (``Plan.reopened``);
 * **rebuild**: anything else (a truncated log, another base snapshot, a late-arriving older file, a
   landed row replaced by another copy): the cluster is replayed from its base, alone.
 
@@ -24,7 +26,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kraftlog.spark.predicates import cluster_predicate, of_clusters
+from kraftlog.spark.predicates import cluster_predicate, of_clusters, sql_literal
 from kraftlog.spark.replay import ClusterBase, TableSource, state_rows
 from kraftlog.spark.store import TableStore
 from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
@@ -41,6 +43,8 @@ class Plan:
     gone: list[str] = field(default_factory=list)
     state: DataFrame | None = None
     digests: dict[str, tuple[int, int]] = field(default_factory=dict)  # cluster -> (records, digest) applied now
+    # clusters going on from inside a metadata transaction (the last build ended in it): cluster -> its Begin
+    reopened: dict[str, int] = field(default_factory=dict)
     lineages: dict[str, str] = field(default_factory=dict)  # clusters going on -> their lineage
     from_scratch: bool = False  # no build state at all (a new warehouse, or one built before replay_state)
 
@@ -49,8 +53,11 @@ class Plan:
         parts = []
         if self.rebuilt or self.gone:
             parts.append(str(cluster_predicate([*self.rebuilt, *self.gone])))
-        if self.resumed:
-            parts.append(f"({cluster_predicate(self.resumed)} AND valid_to_offset IS NULL)")
+        plain = [c for c in self.resumed if c not in self.reopened]
+        if plain:
+            parts.append(f"({cluster_predicate(plain)} AND valid_to_offset IS NULL)")
+        parts += [f"(cluster_id = {sql_literal(c)} AND (valid_to_offset IS NULL OR valid_to_offset >= {begin}))"
+                  for c, begin in self.reopened.items()]  # and what control records changed since (state_rows)
         return " OR ".join(parts) if parts else None
 
     def cluster_where(self) -> str | None:
@@ -109,6 +116,8 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, bases
             assert p is not None
             go_on[b.cluster_id] = p["resume_offset"]
             plan.lineages[b.cluster_id] = p["lineage"]
+            if p["resume_offset"] != p["last_offset"] + 1:
+                plan.reopened[b.cluster_id] = p["resume_offset"]
         else:
             plan.rebuilt.append(b.cluster_id)
             plan.run.append(b)
@@ -121,7 +130,7 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, bases
                                         carried=_carried(problems.get(b.cluster_id), b.base.problem,
                                                          go_on[b.cluster_id])))
         plan.resumed = sorted(go_on)
-        plan.state = state_rows({kind: store.read(t) for kind, t in history_tables().items()}, plan.resumed)
+        plan.state = state_rows({kind: store.read(t) for kind, t in history_tables().items()}, go_on)
     return plan
 
 

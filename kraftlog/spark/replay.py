@@ -161,12 +161,18 @@ def _typed_rows(table: TableSource, source: _Source) -> DataFrame:
                      else F.lit("{}").alias("_data"))
 
 
-def state_rows(histories: dict[str, DataFrame], clusters: list[str]) -> DataFrame | None:
-    """Stream rows restoring where the last build of ``clusters`` stopped: every current version."""
+def state_rows(histories: dict[str, DataFrame], resume: dict[str, int]) -> DataFrame | None:
+    """Stream rows restoring where the last build of each cluster of ``resume`` stopped: the versions holding just
+    before its resume offset. That is every current version, except where the build ended inside a metadata
+    transaction: control records (voters, kraft.version) applied since its Begin are applied again, so the versions
+    they began are left out and those they ended are restored (``Plan.history_where`` replaces both)."""
     out: DataFrame | None = None
     for kind, df in histories.items():
         k = BY_NAME[kind]
-        part = (df.filter(of_clusters(clusters) & F.col("valid_to_offset").isNull())
+        cut = F.broadcast(df.sparkSession.createDataFrame(list(resume.items()), "cluster_id string, _resume long"))
+        held = (F.col("valid_from_offset") < F.col("_resume")) & (
+            F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") >= F.col("_resume")))
+        part = (df.join(cut, "cluster_id").filter(held)
                 .select(F.col("cluster_id").alias("_out"), F.col("valid_from_offset").alias("log_offset"),
                         F.unix_millis("valid_from").alias("_ms"), F.lit(kind).alias("record_type"),
                         F.to_json(F.struct(*k.key_names, *k.value_names), {"ignoreNullFields": "false"}).alias("_data"),
