@@ -3,7 +3,9 @@
     ingest -> reconstruct -> analytics -> report -> maintain
 
 Each step is a ``SparkSubmitOperator`` running one of kraftlog's spark-submit jobs (``jobs/*.py``) with
-the same profile (``--profile``). Every step is idempotent (ingest adds only new records; the others
+the same profile (``--profile``); a task per step, retried on its own. (``jobs/pipeline.py`` runs ingest,
+reconstruct, verify, analytics and the reports as one application instead: one start-up an hour, one task.)
+Every step is idempotent (ingest adds only new records; the others
 replace their tables in one commit), so retries and backfills are safe. The report covers the run's
 data interval (``{{ data_interval_start }}`` to ``{{ data_interval_end }}``).
 
