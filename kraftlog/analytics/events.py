@@ -40,13 +40,17 @@ class Inputs:
         histories that events from ``since`` on look back into, as a topic's name used before)."""
         return self.whole[kind] if whole and self.whole is not None else self.histories[kind]
 
+    def from_since(self, df: DataFrame, offset: str) -> DataFrame:
+        """The rows of ``df`` whose ``offset`` column is at or after ``since`` in the clusters of ``since`` (every row
+        of the other clusters, and of every cluster outside an incremental analysis)."""
+        if self.since is None:
+            return df
+        return (df.join(F.broadcast(self.since), "cluster_id", "left")
+                .filter(F.col("since").isNull() | (F.col(offset) >= F.col("since"))).drop("since"))
+
     def log_records(self) -> DataFrame:
         """The landed log records (``records`` rows of the log), from ``since`` on in an incremental analysis."""
-        records = self.table("records").filter(F.col("source") == "log")
-        if self.since is None:
-            return records
-        return (records.join(F.broadcast(self.since), "cluster_id", "left")
-                .filter(F.col("since").isNull() | (F.col("log_offset") >= F.col("since"))).drop("since"))
+        return self.from_since(self.table("records").filter(F.col("source") == "log"), "log_offset")
 
     @property
     def bases(self) -> DataFrame:
@@ -249,11 +253,9 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
                                    F.col("resource_name") == F.col("_pl")))
               .unionByName(touched((F.col("resource_type") == broker) & (F.col("resource_name") == ""), F.lit(True))))
     if inputs.since is not None:  # from `since` on: every point, and the state at `since` itself (a point of its own)
-        cut = F.broadcast(inputs.since)
-        at_cut = parts.join(cut, "cluster_id").filter(valid_at(F.col("since"))).select(
+        at_cut = parts.join(F.broadcast(inputs.since), "cluster_id").filter(valid_at(F.col("since"))).select(
             *PARTITION, F.col("since").alias("at"), F.lit(None).cast("timestamp").alias("at_time"))
-        later = F.col("since").isNull() | (F.col("at") >= F.col("since"))
-        points = points.join(cut, "cluster_id", "left").filter(later).drop("since").unionByName(at_cut)
+        points = inputs.from_since(points, "at").unionByName(at_cut)
     points = points.groupBy(*PARTITION, "at").agg(F.max("at_time").alias("at_time"))
     # the partition and the configs as of each point
     state = parts.select(*[F.col(c).alias(f"_s_{c}") for c in PARTITION], F.col("valid_from_offset").alias("_sf"),

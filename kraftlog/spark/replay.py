@@ -166,12 +166,15 @@ def state_rows(histories: dict[str, DataFrame], resume: dict[str, int]) -> DataF
     before its resume offset. That is every current version, except where the build ended inside a metadata
     transaction: control records (voters, kraft.version) applied since its Begin are applied again, so the versions
     they began are left out and those they ended are restored (``Plan.history_where`` replaces both)."""
+    if not histories:
+        return None
     out: DataFrame | None = None
+    spark = next(iter(histories.values())).sparkSession
+    cut = F.broadcast(spark.createDataFrame(list(resume.items()), "cluster_id string, _resume long"))
+    held = (F.col("valid_from_offset") < F.col("_resume")) & (
+        F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") >= F.col("_resume")))
     for kind, df in histories.items():
         k = BY_NAME[kind]
-        cut = F.broadcast(df.sparkSession.createDataFrame(list(resume.items()), "cluster_id string, _resume long"))
-        held = (F.col("valid_from_offset") < F.col("_resume")) & (
-            F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") >= F.col("_resume")))
         part = (df.join(cut, "cluster_id").filter(held)
                 .select(F.col("cluster_id").alias("_out"), F.col("valid_from_offset").alias("log_offset"),
                         F.unix_millis("valid_from").alias("_ms"), F.lit(kind).alias("record_type"),
