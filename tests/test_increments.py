@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shutil
 import struct
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from kraftlog.config import Config
 from kraftlog.spark.analyze import AnalyzeResult, analyze
 from kraftlog.spark.history import ReconstructResult, reconstruct
 from kraftlog.spark.ingest import ingest
+from kraftlog.spark.predicates import Scope
 from kraftlog.state.entities import history_tables
 
 pytestmark = pytest.mark.spark
@@ -29,24 +32,27 @@ BUILT = [*(t.name for t in history_tables().values()), "replay_ranges", "replay_
          "analyze_state"]
 
 
-def copy_upto(source: Path, dest: Path, end: int, skip: tuple[str, ...] = ()) -> Path:
-    """``source``'s data directories in ``dest`` as they were when the log ended at offset ``end`` (exclusive):
-    later batches cut off, later segments and snapshots absent; files named in ``skip`` left out."""
+def copy_upto(source: Path, dest: Path, end: int, skip: tuple[str, ...] = (), ends: Mapping[str, int] | None = None
+              ) -> Path:
+    """``source``'s data directories in ``dest`` as they were when the log ended at offset ``end`` (exclusive; in
+    the data directories named in ``ends``, at their own offset): later batches cut off, later segments and
+    snapshots absent; files named in ``skip`` left out."""
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(source, dest)
     for f in sorted(dest.rglob("__cluster_metadata-0/*")):
         if f.suffix not in (".log", ".checkpoint"):
             continue
+        stop = (ends or {}).get(f.parent.parent.name, end)
         start = int(f.name.split(".")[0].split("-")[0])
-        if f.name in skip or (f.suffix == ".checkpoint" and start > end) or (f.suffix == ".log" and start >= end):
+        if f.name in skip or (f.suffix == ".checkpoint" and start > stop) or (f.suffix == ".log" and start >= stop):
             f.unlink()
         elif f.suffix == ".log":
             data = f.read_bytes()
             pos = 0
             while pos + 12 <= len(data):
                 base, length = struct.unpack_from(">qi", data, pos)
-                if base >= end:
+                if base >= stop:
                     break
                 pos += 12 + length
             f.write_bytes(data[:pos])
@@ -122,16 +128,24 @@ def test_an_older_segment_arriving_late_replays_the_cluster_from_its_base(spark:
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                                   HealthCheck.function_scoped_fixture])
-@given(generated=clusters(n_min=3, n_max=6), cuts=st.lists(st.integers(1, 60), min_size=1, max_size=2, unique=True))
+@given(drawn=clusters(n_min=14, n_max=20), cuts=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=2, unique=True))
 def test_any_split_of_random_logs_equals_a_build_from_scratch(spark: Any, tmp_path_factory: Any,
-                                                              generated: list[GenCluster], cuts: list[int]) -> None:
+                                                              drawn: list[GenCluster], cuts: list[float]) -> None:
+    """Dozens of random clusters per example, so one Spark build checks many sequences: each drawn log three
+    times, each copy cut at its own places (fractions of the log, spread by the cluster's index). More clusters
+    go on at once than a fleet of dozens has, and none is analysed anew for their number."""
     source = tmp_path_factory.mktemp("gen")
+    generated = [replace(c, cluster_id=f"{c.cluster_id}-{k}") for c in drawn for k in range(3)]
     for c in generated:
         write_cluster(source, c)
     work = tmp_path_factory.mktemp("inc")
     inputs, wh = work / "in", work / "wh"
-    for end in [*sorted(cuts), 1 << 40]:
-        land_and_build(spark, copy_upto(source, inputs, end), wh)
+    for cut in [*sorted(cuts), None]:
+        ends = None if cut is None else {
+            c.cluster_id: (c.snapshot_offset + 1 if c.snapshot is not None else 0)
+            + int(len(c.log) * ((cut + i * 0.618) % 1.0)) for i, c in enumerate(generated)}
+        histories, events = land_build_analyze(spark, copy_upto(source, inputs, 1 << 40, ends=ends), wh)
+        assert len(events.plan.going_on) >= histories.resumed, events.line()  # none analysed anew for their number
     assert_same_as_a_full_build(spark, inputs, wh, work)
 
 
@@ -240,45 +254,48 @@ def test_topic_lifecycle_goes_on_from_the_cut_and_still_sees_names_and_partition
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
 
 
-def test_too_many_clusters_going_on_are_analysed_anew() -> None:
-    from kraftlog.spark.analyze import MAX_GOING_ON, Cut, EventPlan
-
-    few = EventPlan(False, rebuilt=["r"], going_on={f"c{i}": Cut(10) for i in range(MAX_GOING_ON)}, unchanged=["u"])
-    assert few.bounded() is few
-    many = EventPlan(False, rebuilt=["r"], going_on={f"c{i}": Cut(10) for i in range(MAX_GOING_ON + 1)},
-                     unchanged=["u"], gone=["g"])
-    anew = many.bounded()
-    assert (anew.going_on, anew.unchanged, anew.gone) == ({}, ["u"], ["g"]) and not anew.everything
-    assert sorted(anew.rebuilt) == sorted(["r", *many.going_on])
-    assert anew.rows("point") == "(cluster_id IN (" + ", ".join(f"'{c}'" for c in anew.rebuilt) + ", 'g'))"
-
-
 def test_spark_and_delta_rs_read_the_rows_analyze_replaces_alike(spark: Any, tmp_path: Path) -> None:
-    """The most clusters going on at once, each from its own cut: the SQL of the rows a table replaces names the
-    same rows in Spark (the rows written) and in delta-rs (the rows deleted), per kind of table."""
+    """Hundreds of clusters going on at once, each from its own cut: a ``Scope`` selects the same rows in Spark
+    (the rows an event table is built from and writes: a broadcast join) and in delta-rs (the rows deleted: its
+    SQL), for the rows each kind of event table replaces and the versions it reads."""
     from deltalake import write_deltalake
-    from pyspark.sql import functions as F
 
     from kraftlog.analytics.definitions import CLUSTER, POINT
-    from kraftlog.spark.analyze import MAX_GOING_ON, Cut, EventPlan
+    from kraftlog.spark.analyze import Cut, EventPlan
 
-    going = {f"c{i}": Cut(10 + i, None if i % 2 else 5) for i in range(MAX_GOING_ON)}
+    going = {f"c{i}": Cut(10 + i % 40, None if i % 2 else 5) for i in range(300)}
     plan = EventPlan(False, rebuilt=["r"], going_on=going, unchanged=["u"], gone=["g"])
-    rows = [(c, o, to) for c in [*going, "r", "u", "g"] for o in (0, 9, 10, 25, 41, 42, 400)
-            for to in (None, 5, 25, 400)]
+    rows = [(c, o, to) for c in [*list(going)[:60], "c299", "r", "u", "g", "other"]
+            for o in (0, 9, 10, 25, 41, 42, 400) for to in (None, 5, 25, 400)]
     df = spark.createDataFrame(rows, "cluster_id string, log_offset long, to_offset long")
+
+    def later(c: str, v: int | None, open_: bool) -> bool:
+        return (open_ and v is None) or (v is not None and v >= going[c].resume)
+
     expected = {
-        POINT: {r for r in rows if r[0] in ("r", "g") or (r[0] in going and r[1] >= going[r[0]].resume)},
-        WINDOW: {r for r in rows if r[0] in ("r", "g") or (r[0] in going
-                 and (r[2] is None or r[2] >= going[r[0]].resume))},
-        CLUSTER: {r for r in rows if r[0] != "u"},
+        POINT: {r for r in rows if r[0] in ("r", "g") or (r[0] in going and later(r[0], r[1], False))},
+        WINDOW: {r for r in rows if r[0] in ("r", "g") or (r[0] in going and later(r[0], r[2], True))},
+        CLUSTER: {r for r in rows if r[0] not in ("u", "other")},
     }
+    scopes: dict[str, Scope | None] = {kind: plan.rows(kind) for kind in expected}
+    # the versions POINT and WINDOW tables read (the frame's columns named as a history's)
+    since = {c: cut.since for c, cut in going.items()}
+    scopes["versions"] = plan.versions(POINT)
+    expected["versions"] = {r for r in rows if r[0] == "r" or (r[0] in going and (r[2] is None or r[2] >= since[r[0]]))}
+    # the versions begun or ended since the cuts (``changed_kinds``): two columns, no open rows
+    scopes["changed"] = Scope.of([], {c: cut.resume for c, cut in going.items()}, "valid_from_offset",
+                                 "valid_to_offset")
+    expected["changed"] = {r for r in rows if r[0] in going and (later(r[0], r[1], False) or later(r[0], r[2], False))}
+    as_history = {"log_offset": "valid_from_offset", "to_offset": "valid_to_offset"}
     for kind, want in expected.items():
-        where = plan.rows(kind)
-        assert where is not None
-        assert {tuple(r) for r in df.filter(F.expr(where)).collect()} == want, kind
+        scope = scopes[kind]
+        assert scope is not None and not scope.empty
+        frame = df.withColumnsRenamed(as_history) if kind in ("versions", "changed") else df
+        assert {tuple(r) for r in scope.select(frame).collect()} == want, kind
+        assert {tuple(r) for r in frame.filter(scope.sql()).collect()} == want, kind
+        assert scope.select(frame).columns == frame.columns
         table = tmp_path / kind
-        write_deltalake(str(table), df.toArrow())
-        DeltaTable(str(table)).delete(where)
-        kept = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
-        assert {(r["cluster_id"], r["log_offset"], r["to_offset"]) for r in kept} == set(rows) - want, kind
+        write_deltalake(str(table), frame.toArrow())
+        DeltaTable(str(table)).delete(scope.sql())
+        kept = {tuple(r.values()) for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()}
+        assert kept == set(rows) - want, kind

@@ -32,7 +32,7 @@ from kraftlog.analytics.definitions import CLUSTER, POINT, WINDOW, analyze_state
 from kraftlog.analytics.events import BUILDERS, Inputs
 from kraftlog.config import Config
 from kraftlog.spark.history import built_clusters, landed, read_histories
-from kraftlog.spark.predicates import cluster_predicate, of_clusters, sql_literal
+from kraftlog.spark.predicates import Scope, cluster_predicate, of_clusters
 from kraftlog.spark.store import TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import replay_ranges_table, replay_state_table
 from kraftlog.tables.definitions import TableDef, catalog
@@ -54,9 +54,6 @@ class Cut:
         return self.resume if self.floor is None else min(self.resume, self.floor)
 
 
-MAX_GOING_ON = 32  # clusters going on in one run, beyond which they are analysed anew (EventPlan.bounded)
-
-
 @dataclass
 class EventPlan:
     """What one ``analyze`` rebuilds, per cluster (see the module docstring)."""
@@ -74,23 +71,16 @@ class EventPlan:
         """The clusters whose events this run writes."""
         return [*self.rebuilt, *self.going_on]
 
-    def bounded(self, most: int = MAX_GOING_ON) -> EventPlan:
-        """This plan, or, with more than ``most`` clusters going on, one analysing them anew: each cluster going
-        on is one term of every predicate, and hundreds of terms cost more than rebuilding small clusters
-        (measured on the 10x corpus: 79 s going on against 35 s anew)."""
-        if len(self.going_on) <= most:
-            return self
-        rebuilt = sorted([*self.rebuilt, *self.going_on])
-        return EventPlan(False, rebuilt, {}, self.unchanged, self.gone, self.histories, self.files)
-
-    def rows(self, increment: str) -> str | None:
-        """The rows of a table of kind ``increment`` this run replaces (SQL; None: all of them)."""
+    def rows(self, increment: str) -> Scope | None:
+        """The rows of a table of kind ``increment`` this run replaces (None: all of them)."""
         if self.everything:
             return None
+        whole = [*self.rebuilt, *self.gone]
         if increment == CLUSTER:
-            return any_of([*self.rebuilt, *self.gone, *self.going_on], {})
-        later = "log_offset >= {}" if increment == POINT else "(to_offset IS NULL OR to_offset >= {})"
-        return any_of([*self.rebuilt, *self.gone], {c: later.format(cut.resume) for c, cut in self.going_on.items()})
+            return Scope.of([*whole, *self.going_on], {})
+        resume = {c: cut.resume for c, cut in self.going_on.items()}
+        return (Scope.of(whole, resume, "log_offset") if increment == POINT
+                else Scope.of(whole, resume, "to_offset", open=True))
 
     def since(self, increment: str) -> dict[str, int]:
         """Per cluster going on, the offset from which a table of kind ``increment`` reads its versions: where the
@@ -99,26 +89,18 @@ class EventPlan:
             return {}
         return {c: cut.since for c, cut in self.going_on.items()}
 
-    def versions(self, increment: str) -> str | None:
-        """The history rows a table of kind ``increment`` is built from (SQL; None: all of them)."""
+    def versions(self, increment: str) -> Scope | None:
+        """The history rows a table of kind ``increment`` is built from (None: all of them)."""
         if self.everything:
             return None
-        return any_of(self.rebuilt if increment != CLUSTER else self.clusters,
-                      {c: f"(valid_to_offset IS NULL OR valid_to_offset >= {since})"
-                       for c, since in self.since(increment).items()})
+        return Scope.of(self.rebuilt if increment != CLUSTER else self.clusters, self.since(increment),
+                        "valid_to_offset", open=True)
 
     def line(self) -> str:
         if self.everything:
             return "every cluster analysed from scratch"
         return (f"{len(self.going_on)} cluster(s) go on from their last analysis, {len(self.rebuilt)} analysed "
                 f"anew, {len(self.unchanged)} unchanged, {len(self.gone)} gone")
-
-
-def any_of(whole: list[str], since: dict[str, str]) -> str:
-    """SQL: a row of one of the ``whole`` clusters, or of a cluster of ``since`` matching its condition."""
-    parts = [cluster_predicate(whole)] if whole else []
-    parts += [f"cluster_id = {sql_literal(c)} AND {condition}" for c, condition in since.items()]
-    return " OR ".join(f"({p})" for p in parts) if parts else "false"
 
 
 def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> EventPlan:
@@ -144,7 +126,7 @@ def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> Ev
             plan.unchanged.append(c)
         else:
             plan.going_on[c] = Cut(was["resume_offset"], was["window_floor"])
-    return plan.bounded()
+    return plan
 
 
 def files_seen(store: TableStore, clusters: list[str] | None = None) -> dict[str, int]:
@@ -155,10 +137,10 @@ def files_seen(store: TableStore, clusters: list[str] | None = None) -> dict[str
     return {r["cluster_id"]: r["n"] for r in files.groupBy("cluster_id").agg(F.count("*").alias("n")).collect()}
 
 
-def inputs(store: TableStore, clusters: list[str] | None = None, versions: str | None = None,
+def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope | None = None,
            read: Inputs | None = None, since: dict[str, int] | None = None) -> Inputs:
     """The histories, landed tables and replay ranges of a store: only ``clusters`` if given, and only the
-    history rows matching ``versions`` (SQL) if given, which hold from ``since`` on in those clusters.
+    history rows in ``versions`` if given, which hold from ``since`` on in those clusters.
     ``read``: the store's tables already read (``inputs()``)."""
     if read is None:
         read = Inputs(read_histories(store), functools.cache(landed(store)), store.read(replay_ranges_table()))
@@ -170,7 +152,7 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: str |
         return df if clusters is None else df.filter(of_clusters(clusters))
 
     def rows(df: DataFrame) -> DataFrame:
-        return only(df) if versions is None else df.filter(F.expr(versions))
+        return only(df) if versions is None else versions.select(df)
 
     cut = store.spark.createDataFrame(list(since.items()), "cluster_id string, since long") if since else None
     return Inputs({k: rows(v) for k, v in histories.items()}, lambda name: only(source(name)), only(ranges), cut,
@@ -199,13 +181,13 @@ def planned_frames(store: TableStore, plan: EventPlan) -> list[tuple[TableDef, D
     for name, t in event_tables().items():
         increment = increment_of(t)
         where = plan.rows(increment)
-        if where == "false":
+        if where is not None and where.empty:
             continue
         reader = _Reader(by_kind[increment])
         df = BUILDERS[name](reader)
         if only_going_on and not reader.stale(increment, any_open, changed):
             continue  # nothing it reads changed since the cuts
-        out.append((t, df if where is None else df.filter(F.expr(where)), where))
+        out.append((t, df if where is None else where.select(df), None if where is None else where.sql()))
     return out
 
 
@@ -242,9 +224,8 @@ def changed_kinds(x: Inputs, plan: EventPlan) -> set[str]:
     """The entity kinds with a version begun or ended at or after a going-on cluster's resume offset."""
     if not plan.going_on:
         return set()
-    since = any_of([], {c: f"(valid_from_offset >= {cut.resume} OR valid_to_offset >= {cut.resume})"
-                        for c, cut in plan.going_on.items()})
-    found = functools.reduce(DataFrame.unionByName, [df.filter(F.expr(since)).select(F.lit(kind).alias("kind")).limit(1)
+    since = Scope.of([], {c: cut.resume for c, cut in plan.going_on.items()}, "valid_from_offset", "valid_to_offset")
+    found = functools.reduce(DataFrame.unionByName, [since.select(df).select(F.lit(kind).alias("kind")).limit(1)
                                                      for kind, df in x.histories.items()])
     return {r["kind"] for r in found.collect()}
 
