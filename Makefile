@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup test test-fast run bench lint dist clean
+.PHONY: setup test test-fast proptest run bench lint dist clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,12 @@ test: $(STAMP)
 ## everything but the corpus-wide checks
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
+
+## the Spark-built properties (random logs: Spark equals the local replay, any split equals a build from
+## scratch) with 20x the examples CI runs: about 2,000 random clusters of each
+proptest: $(STAMP)
+	KRAFTLOG_EXAMPLES=$${KRAFTLOG_EXAMPLES:-20} $(BIN)/python -m pytest -p no:cacheprovider \
+		tests/test_history.py tests/test_increments.py -k random_logs
 
 ## the main job, end to end, on the bundled sample: local Spark, Delta tables under ./warehouse
 run: $(STAMP)

@@ -21,6 +21,12 @@ KAFKA = SHARED / "kafka"
 sys.path.insert(0, str(Path(__file__).parent))  # tests/encoder.py and helpers
 
 
+def examples(n: int) -> int:
+    """Hypothesis examples of a Spark-built property: ``n`` (what CI runs) times ``KRAFTLOG_EXAMPLES`` (``make
+    proptest`` runs many more)."""
+    return n * max(1, int(os.environ.get("KRAFTLOG_EXAMPLES", "1")))
+
+
 def load_job(name: str) -> Any:
     """A spark-submit job of ``jobs/`` (``ingest``, ``report``, ...) as a module, to call its ``main(argv)``."""
     import importlib.util

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
-from conftest import SAMPLE, load_job
+from conftest import SAMPLE, examples, load_job
 from deltalake import DeltaTable
 from history_gen import GenCluster, clusters, write_cluster
 from hypothesis import HealthCheck, given, settings
@@ -102,9 +102,9 @@ def test_histories_of_the_sample_equal_the_sequential_replay(spark: Any, sample:
     assert "valid_to_offset" in {f.name for f in dt.schema().fields}
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                                                  HealthCheck.function_scoped_fixture])
-@given(generated=clusters())
+@settings(max_examples=examples(6), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(generated=clusters(n_min=14, n_max=20))
 def test_spark_histories_equal_a_sequential_replay_for_random_logs(spark: Any, tmp_path_factory: Any,
                                                                     generated: list[GenCluster]) -> None:
     root = tmp_path_factory.mktemp("gen")

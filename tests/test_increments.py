@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SAMPLE
+from conftest import SAMPLE, examples
 from deltalake import DeltaTable
 from history_gen import GenCluster, clusters, write_cluster
 from hypothesis import HealthCheck, given, settings
@@ -126,8 +126,8 @@ def test_an_older_segment_arriving_late_replays_the_cluster_from_its_base(spark:
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path, sample_built)
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(3), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
 @given(drawn=clusters(n_min=14, n_max=20), cuts=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=2, unique=True))
 def test_any_split_of_random_logs_equals_a_build_from_scratch(spark: Any, tmp_path_factory: Any,
                                                               drawn: list[GenCluster], cuts: list[float]) -> None:
