@@ -254,6 +254,35 @@ def test_topic_lifecycle_goes_on_from_the_cut_and_still_sees_names_and_partition
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
 
 
+def test_topic_lifecycle_counts_the_partitions_holding_when_a_topic_record_came_again(spark: Any,
+                                                                                      tmp_path: Path) -> None:
+    """A TopicRecord for a live topic id empties it (Kafka's ``TopicsDelta``); a partition added after that is born
+    again. Counts are of the partitions holding at the event, so going on from a cut after the emptying writes
+    what a build from scratch does (found by ``make proptest``: the delete counted partitions ever born)."""
+    t1 = "AAAAAAAAAAAAAAAAAAAAAQ"
+
+    def partition(p: int) -> tuple[str, str, int, dict[str, Any]]:
+        return ("meta", "PARTITION_RECORD", 0, {"topic_id": t1, "partition_id": p, "replicas": [1], "isr": [1],
+                                                "removing_replicas": [], "adding_replicas": [], "leader": 1,
+                                                "leader_epoch": 0, "partition_epoch": 0})
+
+    topic = ("meta", "TOPIC_RECORD", 0, {"topic_id": t1, "name": "a"})
+    noop = ("meta", "NO_OP_RECORD", 0, {})
+    log = [topic, partition(0), partition(1), topic, noop,  # 0 (batch of 2), 2, 3 (empties t1), 4; the cut: 5
+           partition(0), ("meta", "REMOVE_TOPIC_RECORD", 0, {"topic_id": t1}), noop]  # 5, 6, 7
+    source = tmp_path / "src"
+    write_cluster(source, GenCluster("c", log), sizes=[2, 1, 1, 1, 1, 1, 1])
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    land_build_analyze(spark, copy_upto(source, inputs, 5), wh)
+    _, events = land_build_analyze(spark, copy_upto(source, inputs, 1 << 40), wh)
+    assert list(events.plan.going_on) == ["c"], events.line()
+    rows = sorted((r["log_offset"], r["event"], r["partitions_before"], r["partitions_after"])
+                  for r in DeltaTable(str(wh / "topic_lifecycle")).to_pyarrow_table().to_pylist())
+    assert rows == [(0, "create", 0, 1), (2, "partitions_added", 1, 2), (5, "partitions_added", 0, 1),
+                    (6, "delete", 1, 0)]
+    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+
+
 def test_spark_and_delta_rs_read_the_rows_analyze_replaces_alike(spark: Any, tmp_path: Path) -> None:
     """Hundreds of clusters going on at once, each from its own cut: a ``Scope`` selects the same rows in Spark
     (the rows an event table is built from and writes: a broadcast join) and in delta-rs (the rows deleted: its

@@ -422,9 +422,14 @@ def zk_migration(inputs: Inputs) -> DataFrame:
 def topic_lifecycle(inputs: Inputs) -> DataFrame:
     """Topic ids created (and whether the name was used before), grown, and deleted.
 
+    A partition is born where a version of it does not go on from an update (with its topic, added later, or again
+    after a TopicRecord for a live topic id emptied it, as Kafka's ``TopicsDelta`` does); ``partitions_before``
+    counts the topic's partitions holding just before the event, ``partitions_after`` adds those born in its batch.
+
     Incrementally (``inputs.since``), the rows from ``since`` on are exact: topics are read whole (a name's earlier
-    topic), partitions from ``since`` on (every partition of a topic alive then is there, and those born later are
-    whole), and records from ``since`` on (the batches of the partitions born since)."""
+    topic), partitions from ``since`` on (every version holding at ``since`` or later is there, so every count
+    from ``since`` on; births are looked for from ``since`` on), and records from ``since`` on (the batches of the
+    partitions born since)."""
     topics = at_start(inputs, inputs.history("topics", whole=True))
     first = topics.groupBy("cluster_id", "topic_id").agg(
         F.min("valid_from_offset").alias("_created"), F.min("valid_from").alias("_created_time"),
@@ -435,17 +440,21 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
     # partitions appear in the batch that creates the topic, or later in batches that add partitions
     records = inputs.log_records().select("cluster_id", F.col("log_offset").alias("valid_from_offset"),
                                           "batch_base_offset")
-    born = (inputs.history("partitions").groupBy("cluster_id", "topic_id", "partition_id")
-            .agg(F.min("valid_from_offset").alias("valid_from_offset"), F.min("valid_from").alias("_t"))
+    partitions = inputs.history("partitions")
+    keys = ["cluster_id", "topic_id", "partition_id"]
+    updated = (partitions.filter(F.col("ended_by") == "update")
+               .select(*keys, F.col("valid_to_offset").alias("valid_from_offset")))
+    born = (inputs.from_since(partitions, "valid_from_offset").join(updated, [*keys, "valid_from_offset"], "left_anti")
+            .select(*keys, "valid_from_offset", F.col("valid_from").alias("_t"))
             .join(records, ["cluster_id", "valid_from_offset"], "left")
             .withColumn("_batch", F.coalesce("batch_base_offset", "valid_from_offset")))
     created_batch = first.join(records.withColumnRenamed("valid_from_offset", "_created"), ["cluster_id", "_created"],
                                "left").withColumn("_cbatch", F.coalesce("batch_base_offset", "_created"))
     groups = (born.groupBy("cluster_id", "topic_id", "_batch")
               .agg(F.count(F.lit(1)).alias("_n"), F.min("valid_from_offset").alias("_o"), F.min("_t").alias("_ot")))
-    w = Window.partitionBy("cluster_id", "topic_id").orderBy("_batch")
-    groups = (groups.withColumn("partitions_after", F.sum("_n").over(w.rowsBetween(*RUNNING)))
-              .withColumn("partitions_before", F.col("partitions_after") - F.col("_n")))
+    groups = (holding_before(groups, partitions, "_o")
+              .withColumn("partitions_before", F.coalesce("_holding", F.lit(0)))
+              .withColumn("partitions_after", F.col("partitions_before") + F.col("_n")))
     g = groups.join(created_batch.select("cluster_id", "topic_id", "_cbatch", "topic_name"),
                     ["cluster_id", "topic_id"], "left")
     added = g.filter(F.col("_batch") != F.col("_cbatch")).select(
@@ -458,13 +467,24 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
         "topic_name", F.when(F.col("_at_start"), "present_at_start").otherwise("create").alias("event"),
         F.lit(0).alias("partitions_before"), F.coalesce("_initial", F.lit(0)).alias("partitions_after"),
         (F.col("previous_topic_id").isNotNull() & ~F.col("_at_start")).alias("name_reused"), "previous_topic_id")
-    counts = groups.groupBy("cluster_id", "topic_id").agg(F.max("partitions_after").alias("_count"))
-    deleted = (topics.filter(F.col("ended_by") == "delete").join(counts, ["cluster_id", "topic_id"], "left")
+    deleted = (holding_before(topics.filter(F.col("ended_by") == "delete"), partitions, "valid_to_offset")
                .select("cluster_id", F.col("valid_to_offset").alias("log_offset"), F.col("valid_to").alias("timestamp"),
                        "topic_id", F.col("name").alias("topic_name"), F.lit("delete").alias("event"),
-                       F.col("_count").alias("partitions_before"), F.lit(0).alias("partitions_after")))
+                       F.col("_holding").alias("partitions_before"), F.lit(0).alias("partitions_after")))
     out = created.unionByName(added, allowMissingColumns=True).unionByName(deleted, allowMissingColumns=True)
     return select_table(out, "topic_lifecycle")
+
+
+def holding_before(df: DataFrame, partitions: DataFrame, at: str) -> DataFrame:
+    """``df`` (rows of topics) with ``_holding``: how many partitions of the row's topic held just before its offset
+    ``at`` (null: none)."""
+    points = df.select("cluster_id", "topic_id", F.col(at).alias("_at")).distinct()
+    counts = (points.join(partitions.select("cluster_id", "topic_id", "partition_id", "valid_from_offset",
+                                            "valid_to_offset"), ["cluster_id", "topic_id"])
+              .filter((F.col("valid_from_offset") < F.col("_at"))
+                      & (F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") >= F.col("_at"))))
+              .groupBy("cluster_id", "topic_id", "_at").agg(F.count_distinct("partition_id").alias("_holding")))
+    return df.join(counts.withColumnRenamed("_at", at), ["cluster_id", "topic_id", at], "left")
 
 
 def _value_changes(inputs: Inputs, kind: str, keys: list[str], value: str) -> DataFrame:
