@@ -23,7 +23,7 @@ from kraftlog.config import Config
 from kraftlog.spark.analyze import AnalyzeResult, analyze
 from kraftlog.spark.history import ReconstructResult, reconstruct
 from kraftlog.spark.ingest import ingest
-from kraftlog.spark.predicates import Scope
+from kraftlog.spark.predicates import SQL_TERMS, Scope
 from kraftlog.state.entities import history_tables
 
 pytestmark = pytest.mark.spark
@@ -283,18 +283,21 @@ def test_topic_lifecycle_counts_the_partitions_holding_when_a_topic_record_came_
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
 
 
-def test_spark_and_delta_rs_read_the_rows_analyze_replaces_alike(spark: Any, tmp_path: Path) -> None:
-    """Hundreds of clusters going on at once, each from its own cut: a ``Scope`` selects the same rows in Spark
-    (the rows an event table is built from and writes: a broadcast join) and in delta-rs (the rows deleted: its
-    SQL), for the rows each kind of event table replaces and the versions it reads."""
+@pytest.mark.parametrize("going_on", [300, 3])
+def test_spark_and_delta_rs_read_the_rows_analyze_replaces_alike(spark: Any, tmp_path: Path, going_on: int) -> None:
+    """Hundreds of clusters going on at once, each from its own cut (a broadcast join in Spark), or a few (SQL in
+    Spark): a ``Scope`` selects the same rows in Spark (the rows an event table is built from and writes) and in
+    delta-rs (the rows deleted: its SQL), for the rows each kind of event table replaces and the versions it
+    reads."""
     from deltalake import write_deltalake
 
     from kraftlog.analytics.definitions import CLUSTER, POINT
     from kraftlog.spark.analyze import Cut, EventPlan
 
-    going = {f"c{i}": Cut(10 + i % 40, None if i % 2 else 5) for i in range(300)}
+    going = {f"c{i}": Cut(10 + i % 40, None if i % 2 else 5) for i in range(going_on)}
+    assert (len({cut.resume for cut in going.values()}) > SQL_TERMS) == (going_on > 40)  # both ways of selecting
     plan = EventPlan(False, rebuilt=["r"], going_on=going, unchanged=["u"], gone=["g"])
-    rows = [(c, o, to) for c in [*list(going)[:60], "c299", "r", "u", "g", "other"]
+    rows = [(c, o, to) for c in [*list(going)[:60], list(going)[-1], "r", "u", "g", "other"]
             for o in (0, 9, 10, 25, 41, 42, 400) for to in (None, 5, 25, 400)]
     df = spark.createDataFrame(rows, "cluster_id string, log_offset long, to_offset long")
 

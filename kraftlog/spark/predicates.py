@@ -37,16 +37,20 @@ def of_clusters(clusters: list[str], column: str = "cluster_id") -> Column:
     return F.expr(str(cluster_predicate(clusters, column)))
 
 
+SQL_TERMS = 8  # distinct cut offsets a Scope selects by SQL in Spark; more: a broadcast join
+
+
 @dataclass(frozen=True)
 class Scope:
     """Rows of some clusters, as data: every row of the ``whole`` clusters and, in each cluster of ``after``,
     the rows where one of ``columns`` is at or after the cluster's offset (with ``open``: or where the first of
     them is null, a version or window still open).
 
-    ``sql`` says it as one predicate (for deletes: delta-rs evaluates hundreds of per-cluster terms in a second);
-    ``select`` applies it to a Spark DataFrame as a broadcast semi-join, after a coarse filter Parquet can skip
-    row groups by. As SQL, hundreds of per-cluster terms cost Spark more than the work they save: on the 10x
-    corpus (370 clusters going on) every event table's job took 2-10 times as long.
+    ``sql`` says it as one predicate, a term per distinct offset (for deletes: delta-rs evaluates hundreds of
+    terms in a second). ``select`` applies it to a Spark DataFrame: as that predicate while it has at most
+    ``SQL_TERMS`` terms (pushed down to Parquet, no join), else as a broadcast semi-join after a coarse filter
+    Parquet can skip row groups by. As SQL, hundreds of terms cost Spark more than the work they save: on the
+    10x corpus (370 clusters going on) every event table's job took 2-10 times as long.
     """
 
     whole: tuple[str, ...] = ()
@@ -70,16 +74,22 @@ class Scope:
         terms = [f"{c} >= {at}" for c in self.columns] + ([f"{self.columns[0]} IS NULL"] if self.open else [])
         return terms[0] if len(terms) == 1 else "(" + " OR ".join(terms) + ")"
 
+    def _by_offset(self) -> list[tuple[int, list[str]]]:
+        groups: dict[int, list[str]] = {}
+        for c, o in self.after:
+            groups.setdefault(o, []).append(c)
+        return sorted(groups.items())
+
     def sql(self) -> str:
         """The rows as a SQL predicate (``false`` when there are none)."""
         parts = [str(cluster_predicate(list(self.whole)))] if self.whole else []
-        parts += [f"cluster_id = {sql_literal(c)} AND {self._condition(str(o))}" for c, o in self.after]
+        parts += [f"{cluster_predicate(cs)} AND {self._condition(str(o))}" for o, cs in self._by_offset()]
         return " OR ".join(f"({p})" for p in parts) if parts else "false"
 
     def select(self, df: DataFrame) -> DataFrame:
         """The rows of ``df`` in this scope (its columns unchanged)."""
-        if not self.after:
-            return df.filter(of_clusters(list(self.whole)))
+        if len(self._by_offset()) <= SQL_TERMS:
+            return df.filter(F.expr(self.sql()))
         lowest = min(o for _, o in self.after)
         coarse = (f"{cluster_predicate(self.clusters)} AND ("
                   + " OR ".join([*([str(cluster_predicate(list(self.whole)))] if self.whole else []),
