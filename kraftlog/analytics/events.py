@@ -481,8 +481,7 @@ def holding_before(df: DataFrame, partitions: DataFrame, at: str) -> DataFrame:
     points = df.select("cluster_id", "topic_id", F.col(at).alias("_at")).distinct()
     counts = (points.join(partitions.select("cluster_id", "topic_id", "partition_id", "valid_from_offset",
                                             "valid_to_offset"), ["cluster_id", "topic_id"])
-              .filter((F.col("valid_from_offset") < F.col("_at"))
-                      & (F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") >= F.col("_at"))))
+              .filter(valid_at(F.col("_at") - 1))
               .groupBy("cluster_id", "topic_id", "_at").agg(F.count_distinct("partition_id").alias("_holding")))
     return df.join(counts.withColumnRenamed("_at", at), ["cluster_id", "topic_id", at], "left")
 

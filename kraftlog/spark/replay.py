@@ -25,6 +25,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from kraftlog.analytics.events import valid_at
 from kraftlog.spark.predicates import of_clusters
 from kraftlog.spark.session import default_parallelism
 from kraftlog.spark.store import FILE_PART, StagedFile, TableStore
@@ -171,8 +172,7 @@ def state_rows(histories: dict[str, DataFrame], resume: dict[str, int]) -> DataF
     out: DataFrame | None = None
     spark = next(iter(histories.values())).sparkSession
     cut = F.broadcast(spark.createDataFrame(list(resume.items()), "cluster_id string, _resume long"))
-    held = (F.col("valid_from_offset") < F.col("_resume")) & (
-        F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") >= F.col("_resume")))
+    held = valid_at(F.col("_resume") - 1)  # the versions holding just before it
     for kind, df in histories.items():
         k = BY_NAME[kind]
         part = (df.join(cut, "cluster_id").filter(held)
