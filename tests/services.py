@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 
@@ -97,17 +98,21 @@ def upload(env: dict[str, str], local: Path, uri: str) -> int:
 
 # columns that name where or when a run read or wrote, not what the log holds
 VOLATILE = {"run_id", "file", "path", "data_dir", "ingested_at", "modification_time", "winner_file", "loser_file",
-            "started_at", "finished_at", "seconds", "inputs", "writer", "build_id", "built_at", "lineage", "files_seen",
-            "history_build_id"}
+            "started_at", "finished_at", "seconds", "inputs", "writer", "build_id", "built_at", "lineage", "landed_run",
+            "landed_files", "landed_digest", "history_build_id"}
 
 
 def table_rows(uri: str, options: dict[str, str] | None = None) -> list[str]:
     """A Delta table's rows without the ``VOLATILE`` columns, as sorted JSON lines."""
-    import json
-
     from deltalake import DeltaTable
 
-    t = DeltaTable(uri, storage_options=options).to_pyarrow_table()
+    return arrow_rows(DeltaTable(uri, storage_options=options).to_pyarrow_table())
+
+
+def arrow_rows(t: pa.Table) -> list[str]:
+    """An Arrow table's rows without the ``VOLATILE`` columns, as sorted JSON lines."""
+    import json
+
     t = t.drop_columns([c for c in t.column_names if c in VOLATILE])
     return sorted(json.dumps(r, sort_keys=True, default=str) for r in t.to_pylist())
 

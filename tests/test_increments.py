@@ -7,6 +7,7 @@ import shutil
 import struct
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from deltalake import DeltaTable
 from history_gen import GenCluster, clusters, write_cluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from services import table_rows
+from services import arrow_rows, table_rows
 
 from kraftlog.analytics.definitions import WINDOW, event_tables, increment_of
 from kraftlog.config import Config
@@ -331,3 +332,122 @@ def test_spark_and_delta_rs_read_the_rows_analyze_replaces_alike(spark: Any, tmp
         DeltaTable(str(table)).delete(scope.sql())
         kept = {tuple(r.values()) for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()}
         assert kept == set(rows) - want, kind
+
+
+def _batch_starts(segment: Path) -> list[tuple[int, int, int]]:
+    """(base offset, byte position, size) of every batch of a segment."""
+    data, pos, out = segment.read_bytes(), 0, []
+    while pos + 12 <= len(data):
+        base, length = struct.unpack_from(">qi", data, pos)
+        out.append((base, pos, 12 + length))
+        pos += 12 + length
+    return out
+
+
+def _node(source: Path, dest: Path, node: int, end: int, corrupt: tuple[int, ...] = (),
+          drop: tuple[int, int] | None = None) -> None:
+    """``dest``: a copy of the data directory ``source`` (one segment) as node ``node`` holds it: cut at offset
+    ``end``, the batches holding offsets in ``corrupt`` with a flipped byte (their CRC fails), and with ``drop``
+    (lo, hi), the segment split in two there with the batches between absent (a segment lost)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(source, dest)
+    meta = (source / "meta.properties").read_text()
+    (dest / "meta.properties").write_text(meta.replace("node.id=1", f"node.id={node}"))
+    segment = dest / "__cluster_metadata-0" / f"{0:020d}.log"
+    data = bytearray(segment.read_bytes())
+    batches = _batch_starts(segment)
+    for (base, pos, size), (following, _, _) in zip(batches, [*batches[1:], (1 << 62, 0, 0)], strict=True):
+        if any(base <= o < following for o in corrupt):
+            data[pos + size - 1] ^= 0xFF
+    lo, hi = drop or (end, end)
+    segment.write_bytes(b"".join(bytes(data[pos:pos + size]) for base, pos, size in batches if base < min(lo, end)))
+    later = [(base, bytes(data[pos:pos + size])) for base, pos, size in batches if hi <= base < end]
+    if later:
+        (segment.parent / f"{later[0][0]:020d}.log").write_bytes(b"".join(b for _, b in later))
+
+
+def test_the_landed_log_tables_go_on_from_what_landed_since(spark: Any, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """``log_health`` and ``log_gaps`` go on from what the ingest runs since the last analysis landed: the hours from
+    the earliest one it touches (a record, a copy that lost, a batch whose CRC failed: old hours too) and the gaps
+    after the last offset landed before its first record; a run whose id sorts before one already analysed (its
+    host's clock behind) makes them rebuild the cluster. Each step writes what a build from scratch writes."""
+    from kraftlog.analytics.definitions import HOURS, LOG
+    from kraftlog.analytics.events import BUILDERS
+    from kraftlog.spark.analyze import gaps_after
+    from kraftlog.spark.analyze import inputs as analyze_inputs
+    from kraftlog.spark.landed import Landed
+    from kraftlog.spark.store import open_store
+
+    # 9,000 records a second apart from 22:13:20: the hours 22:00, 23:00 and 00:00
+    log = [("meta", "NO_OP_RECORD", 0, {})] * 9000
+    source = write_cluster(tmp_path / "src", GenCluster("c", log))
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    hour = [datetime(2023, 11, 14, 22, tzinfo=UTC), datetime(2023, 11, 14, 23, tzinfo=UTC)]
+
+    def step(*nodes: tuple[int, int, tuple[int, ...], tuple[int, int] | None]) -> AnalyzeResult:
+        for node, end, corrupt, drop in nodes:
+            _node(source, inputs / f"n{node}", node, end, corrupt, drop)
+        _, events = land_build_analyze(spark, inputs, wh)
+        store = open_store(spark, str(wh))
+        whole = analyze_inputs(store)
+        for name in ("log_health", "log_gaps"):  # as a build of every landed row makes them
+            built = BUILDERS[name](whole).toArrow().cast(event_tables()[name].schema)
+            assert table_rows(str(wh / name)) == arrow_rows(built), name
+        return events
+
+    step((1, 6000, (), (3000, 3100)))  # node 1 up to 6000, with a gap (the replay starts after it)
+    # node 1 grows; node 2 holds the same, its copy of a batch at 23:53 fails its CRC
+    events = step((1, 9000, (), (3000, 3100)), (2, 9000, (5990,), (3000, 3100)))
+    plan = events.plan
+    assert list(plan.going_on) == ["c"] and plan.landed["c"].first == 6000, events.line()
+    assert plan.gaps_after == {"c": 5999} and plan.since(HOURS) == {"c": hour[1]}
+    assert events.rows["log_health"] == 2 and events.rows["log_gaps"] == 0  # 23:00 and 00:00; no gap after 5999
+    store = open_store(spark, str(wh))
+    gap = DeltaTable(str(wh / "log_gaps")).to_pyarrow_table().to_pylist()[0]
+
+    def after(first: int) -> int:  # where log_gaps would go on had a record at `first` landed since
+        return gaps_after(store, {"c": Landed(first, first, None)}, {"c": 8999})["c"]
+
+    assert [after(gap["from_offset"] + 5), after(100), after(9005)] == [gap["from_offset"] - 1, 99, 8999]
+    # node 3: an early batch's copy fails its CRC: no record lands, the hour 22:00 is rebuilt
+    events = step((3, 9000, (100,), (3000, 3100)))
+    assert events.plan.landed["c"].first is None and events.plan.since(HOURS) == {"c": hour[0]}, events.line()
+    assert events.rows["log_health"] == 3 and events.plan.rows(LOG).empty
+    # node 4 lands from a host whose clock is behind: its run id sorts before those analysed, so the ledger does not
+    # tell what landed since, and the landed log tables rebuild the cluster
+    monkeypatch.setattr("kraftlog.spark.ingest.new_run_id", lambda: "20000101T000000-00000000")
+    events = step((4, 9000, (200,), (3000, 3100)))
+    assert "c" in events.plan.going_on and "c" not in events.plan.landed, events.line()
+    assert events.rows["log_health"] == 3 and events.rows["log_gaps"] == 1
+    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+
+
+@pytest.mark.parametrize("clusters", [40, 3])
+def test_scopes_cut_at_instants_and_after_run_ids_select_in_spark_and_delta_rs_alike(spark: Any, tmp_path: Path,
+                                                                                     clusters: int) -> None:
+    """The cuts of the landed log tables: an hour (``HOURS``: a timestamp column at or after an instant) and a run id
+    (what landed since: a string column strictly after it). Spark's select (SQL or a join), Spark's SQL and a
+    delta-rs delete name the same rows."""
+    from deltalake import write_deltalake
+
+    t0 = datetime(2026, 3, 29, 0, tzinfo=UTC)  # a day with a daylight-saving change in Europe: instants, not clocks
+    hours = {f"c{i}": t0.replace(hour=i % 24) for i in range(clusters)}
+    runs = {f"c{i}": f"2026032{i % 10}T000000-{i:08x}" for i in range(clusters)}
+    rows = [(c, t0.replace(hour=h, minute=m), f"2026032{d}T000000-{j:08x}") for c in [*hours, "w", "other"]
+            for h in (0, 1, 5, 23) for m in (0, 59) for d, j in ((0, 0), (5, 3), (9, 99))]
+    df = spark.createDataFrame(rows, "cluster_id string, hour timestamp, run_id string")
+    cases = [(Scope.of(["w"], hours, "hour"),
+              {r for r in rows if r[0] == "w" or (r[0] in hours and r[1] >= hours[r[0]])}),
+             (Scope.of(["w"], runs, "run_id", strict=True),
+              {r for r in rows if r[0] == "w" or (r[0] in runs and r[2] > runs[r[0]])})]
+    for i, (scope, want) in enumerate(cases):
+        assert {(r[0], r[1].astimezone(UTC), r[2]) for r in scope.select(df).collect()} == want, scope.columns
+        assert {(r[0], r[1].astimezone(UTC), r[2]) for r in df.filter(scope.sql()).collect()} == want, scope.columns
+        table = tmp_path / str(i)
+        write_deltalake(str(table), df.toArrow())
+        DeltaTable(str(table)).delete(scope.sql())
+        kept = {(r["cluster_id"], r["hour"].astimezone(UTC), r["run_id"])
+                for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()}
+        assert kept == set(rows) - want, scope.columns

@@ -437,7 +437,7 @@ def test_a_landed_corrupt_row_is_replaced_by_a_later_seen_trusted_copy(spark: An
     assert _table(wh, "topic_record").sort_by("log_offset").column("name").to_pylist() == ["a", "b", "c"]
     div = _table(wh, "divergence").to_pylist()
     replaced = sorted(r["log_offset"] for r in div if r["reason"] == "replaced_by_better_copy")
-    assert replaced == [0, 1, 2]  # the landed rows of first/node-2
+    assert replaced == [1]  # the landed row of first/node-2 whose bytes differ (as among one run's copies)
     assert {r["reason"] for r in div} == {"replaced_by_better_copy", "corrupt_copy"}  # both/node-2 lost this run
 
 

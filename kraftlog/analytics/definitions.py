@@ -43,6 +43,9 @@ def _window(what: str) -> list[pa.Field]:
 POINT = "point"  # rows at log_offset >= the cut are rebuilt from the versions holding from the cut on
 WINDOW = "window"  # rows open or ending at the cut or later are rebuilt, from where the earliest open one began
 CLUSTER = "cluster"  # every row of the cluster is rebuilt
+# and when rows landed since the last analysis (``kraftlog.spark.landed``), tables of the landed log itself:
+HOURS = "hours"  # rows of the earliest hour a row landed since falls in and later, rebuilt from those hours' rows
+LOG = "log"  # rows after the last landed offset before the earliest one landed since, rebuilt from the records after
 
 
 def _table(name: str, description: str, fields: list[pa.Field], key: tuple[str, ...], increment: str = CLUSTER
@@ -52,7 +55,7 @@ def _table(name: str, description: str, fields: list[pa.Field], key: tuple[str, 
 
 
 def increment_of(table: TableDef) -> str:
-    """How ``analyze`` brings ``table`` up to date: ``POINT``, ``WINDOW`` or ``CLUSTER``."""
+    """How ``analyze`` brings ``table`` up to date: ``POINT``, ``WINDOW``, ``CLUSTER``, ``HOURS`` or ``LOG``."""
     return table.properties.get("kraftlog.increment", CLUSTER)
 
 
@@ -210,7 +213,7 @@ def event_tables() -> dict[str, TableDef]:
             col("divergent_records", pa.int64(), "Record copies that lost to another copy"),
             col("snapshots", pa.int64(), "Snapshots whose last contained record falls in the hour (distinct ids)"),
             col("snapshot_bytes", pa.int64(), "Their size (largest copy)"),
-        ], ("hour",)),
+        ], ("hour",), HOURS),
         _table("snapshots", "Snapshot cadence and size, per node.", [
             col("node_id", pa.int32(), "Node"), col("snapshot_id", pa.string(), "<endOffset>-<epoch>"),
             col("log_offset", pa.int64(), "Offset the snapshot holds state as of"),
@@ -223,7 +226,7 @@ def event_tables() -> dict[str, TableDef]:
         _table("log_gaps", "Offsets missing from the landed log (no node held them).", [
             col("from_offset", pa.int64(), "First missing offset"), col("to_offset", pa.int64(), "Last missing offset"),
             col("missing", pa.int64(), "Number of offsets missing"),
-        ], ("from_offset",)),
+        ], ("from_offset",), LOG),
     ]
     return {t.name: t for t in tables}
 
@@ -238,7 +241,11 @@ def analyze_state_table() -> TableDef:
         col("resume_offset", pa.int64(), "replay_state.resume_offset of those histories: every version before it "
             "was final, so every event before it is"),
         col("window_floor", pa.int64(), "Where the earliest window still open began (null: none open)"),
-        col("files_seen", pa.int64(), "Ingest ledger rows of the cluster (a new one: the landed tables changed)"),
+        col("landed_run", pa.string(), "The greatest ingest run id among the cluster's ledger rows (what landed "
+            "since is what later runs landed: kraftlog.spark.landed)"),
+        col("landed_files", pa.int64(), "The cluster's ledger rows up to landed_run"),
+        col("landed_digest", pa.int64(), "A digest of those ledger rows (a later run with an earlier id shows here)"),
+        col("log_end", pa.int64(), "The greatest landed log offset (where log_gaps go on)"),
         col("build_id", pa.string(), "The analyze run that wrote this row"),
     ])
     return TableDef("analyze_state", schema, "Per cluster: what the event tables were built from (incremental "

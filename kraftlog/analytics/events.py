@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.analytics.definitions import event_tables
+from kraftlog.spark.predicates import Scope
 from kraftlog.wire.redact import REDACTED
 
 PARTITION = ["cluster_id", "topic_id", "partition_id"]
@@ -30,9 +31,10 @@ class Inputs:
     histories: Mapping[str, DataFrame]  # entity kind -> <kind>_history rows
     table: Callable[[str], DataFrame]  # landed tables (records, batches, files, divergence, typed tables) by name
     ranges: DataFrame  # replay_ranges
-    # clusters whose histories hold only the versions holding at ``since`` or later (cluster_id, since): an
-    # incremental analysis, whose rows before ``since`` are not rebuilt (``kraftlog.spark.analyze``)
-    since: DataFrame | None = None
+    # an incremental analysis (``kraftlog.spark.analyze``): the clusters read whole and, per cluster going on, where
+    # what it reads begins (its rows before are not rebuilt): an offset, from which its histories hold only the
+    # versions holding then or later, or for tables kept by the hour (``HOURS``) the hour its rows begin
+    since: Scope | None = None
     whole: Mapping[str, DataFrame] | None = None  # the histories of the same clusters, not cut at ``since``
 
     def history(self, kind: str, whole: bool = False) -> DataFrame:
@@ -41,12 +43,14 @@ class Inputs:
         return self.whole[kind] if whole and self.whole is not None else self.histories[kind]
 
     def from_since(self, df: DataFrame, offset: str) -> DataFrame:
-        """The rows of ``df`` whose ``offset`` column is at or after ``since`` in the clusters of ``since`` (every row
-        of the other clusters, and of every cluster outside an incremental analysis)."""
-        if self.since is None:
-            return df
-        return (df.join(F.broadcast(self.since), "cluster_id", "left")
-                .filter(F.col("since").isNull() | (F.col(offset) >= F.col("since"))).drop("since"))
+        """The rows of ``df`` whose ``offset`` column is at or after ``since`` in the clusters going on (every row of
+        the clusters read whole, and of every cluster outside an incremental analysis)."""
+        return df if self.since is None else self.since.on(offset).select(df)
+
+    def cuts(self, df: DataFrame) -> DataFrame:
+        """Per cluster going on, its ``since`` (``cluster_id``, ``since``; nothing outside an incremental analysis)."""
+        assert self.since is not None
+        return F.broadcast(self.since.cuts(df.sparkSession))
 
     def log_records(self) -> DataFrame:
         """The landed log records (``records`` rows of the log), from ``since`` on in an incremental analysis."""
@@ -253,7 +257,7 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
                                    F.col("resource_name") == F.col("_pl")))
               .unionByName(touched((F.col("resource_type") == broker) & (F.col("resource_name") == ""), F.lit(True))))
     if inputs.since is not None:  # from `since` on: every point, and the state at `since` itself (a point of its own)
-        at_cut = parts.join(F.broadcast(inputs.since), "cluster_id").filter(valid_at(F.col("since"))).select(
+        at_cut = parts.join(inputs.cuts(parts), "cluster_id").filter(valid_at(F.col("since"))).select(
             *PARTITION, F.col("since").alias("at"), F.lit(None).cast("timestamp").alias("at_time"))
         points = inputs.from_since(points, "at").unionByName(at_cut)
     points = points.groupBy(*PARTITION, "at").agg(F.max("at_time").alias("at_time"))
@@ -533,9 +537,11 @@ def scram_changes(inputs: Inputs) -> DataFrame:
 # -- the log itself -------------------------------------------------------------------------------------------
 
 def log_health(inputs: Inputs) -> DataFrame:
-    """Per cluster and hour: record counts by type, NoOp share, batches, CRC failures, divergence, snapshots."""
+    """Per cluster and hour: record counts by type, NoOp share, batches, CRC failures, divergence, snapshots.
+    Incrementally (``HOURS``), from the hour ``since`` on: every row is read by its time."""
     hour = F.date_trunc("hour", F.col("timestamp"))
-    log = inputs.table("records").filter(F.col("source") == "log").withColumn("hour", hour)
+    log = inputs.from_since(inputs.table("records").filter(F.col("source") == "log"), "timestamp")
+    log = log.withColumn("hour", hour)
     per_type = (log.groupBy("cluster_id", "hour", "record_type").count()
                 .groupBy("cluster_id", "hour").agg(F.map_from_entries(F.array_sort(F.collect_list(  # keys in name order
                     F.struct(F.coalesce("record_type", F.lit("unknown")), "count")))).alias("records_by_type")))
@@ -544,14 +550,14 @@ def log_health(inputs: Inputs) -> DataFrame:
         F.sum((F.col("record_type") == "NO_OP_RECORD").cast("long")).alias("noop_records"),
         F.sum(F.col("is_control").cast("long")).alias("control_records"),
         F.countDistinct("batch_base_offset").alias("batches"))
-    crc = (inputs.table("batches").filter(~F.col("crc_valid"))
+    crc = (inputs.from_since(inputs.table("batches").filter(~F.col("crc_valid")), "max_timestamp")
            .groupBy("cluster_id", F.date_trunc("hour", F.col("max_timestamp")).alias("hour"))
            .agg(F.count(F.lit(1)).alias("crc_failures")))
-    divergent = (inputs.table("divergence")
+    divergent = (inputs.from_since(inputs.table("divergence"), "loser_timestamp")
                  .groupBy("cluster_id", F.date_trunc("hour", F.col("loser_timestamp")).alias("hour"))
                  .agg(F.count(F.lit(1)).alias("divergent_records")))
-    snaps = (_snapshot_files(inputs).groupBy("cluster_id", "snapshot_id")
-             .agg(F.max("timestamp").alias("timestamp"), F.max("bytes").alias("bytes"))
+    snaps = (inputs.from_since(_snapshot_files(inputs).groupBy("cluster_id", "snapshot_id")
+                               .agg(F.max("timestamp").alias("timestamp"), F.max("bytes").alias("bytes")), "timestamp")
              .groupBy("cluster_id", F.date_trunc("hour", F.col("timestamp")).alias("hour"))
              .agg(F.count(F.lit(1)).alias("snapshots"), F.sum("bytes").alias("snapshot_bytes")))
     out = volume.join(per_type, ["cluster_id", "hour"], "left")
@@ -564,17 +570,23 @@ def log_health(inputs: Inputs) -> DataFrame:
     return select_table(out.filter(F.col("hour").isNotNull()), "log_health")
 
 
+def snapshot_times(table: Callable[[str], DataFrame]) -> DataFrame:
+    """Per snapshot (``cluster_id``, ``snapshot_id``): the time of its last contained record (``timestamp``), from its
+    header (the greatest, should copies differ)."""
+    return (table("snapshot_header").filter(F.col("source") == "snapshot")
+            .groupBy("cluster_id", "snapshot_id")
+            .agg(F.timestamp_millis(F.max("last_contained_log_timestamp")).alias("timestamp")))
+
+
 def _snapshot_files(inputs: Inputs) -> DataFrame:
     """The latest ledger row of every snapshot file, with its header time."""
     files = inputs.table("files").filter(F.col("file_kind") == "snapshot")
     latest = files.groupBy("path").agg(F.max_by(F.struct(*files.columns), "ingested_at").alias("f")).select("f.*")
-    headers = (inputs.table("snapshot_header").filter(F.col("source") == "snapshot")
-               .groupBy("cluster_id", "snapshot_id").agg(F.max("last_contained_log_timestamp").alias("_ms")))
-    return (latest.join(headers, ["cluster_id", "snapshot_id"], "left")
+    return (latest.join(snapshot_times(inputs.table), ["cluster_id", "snapshot_id"], "left")
             .select("cluster_id", "node_id", "snapshot_id", F.col("size").alias("bytes"), "records",
                     F.col("deleted_snapshot").alias("deleted"),
                     (F.split("snapshot_id", "-").getItem(0).try_cast("long") - 1).alias("log_offset"),
-                    F.timestamp_millis("_ms").alias("timestamp")))
+                    "timestamp"))
 
 
 def snapshots(inputs: Inputs) -> DataFrame:
@@ -587,8 +599,11 @@ def snapshots(inputs: Inputs) -> DataFrame:
 
 
 def log_gaps(inputs: Inputs) -> DataFrame:
-    """Ranges of log offsets missing between landed records."""
-    log = inputs.table("records").filter(F.col("source") == "log").select("cluster_id", "log_offset")
+    """Ranges of log offsets missing between landed records. Incrementally (``LOG``), from a landed offset ``since``
+    on: the gaps after it."""
+    log = inputs.log_records().select("cluster_id", "log_offset")
+    if inputs.since is not None:  # `since` itself (where the first gap after it begins), should it hold no record now
+        log = log.unionByName(inputs.cuts(log).select("cluster_id", F.col("since").alias("log_offset")))
     w = Window.partitionBy("cluster_id").orderBy("log_offset")
     gaps = (log.withColumn("_prev", F.lag("log_offset").over(w))
             .filter(F.col("log_offset") > F.col("_prev") + 1)

@@ -10,7 +10,10 @@ the cluster had. The next run compares each cluster with that row and the curren
   up to date by its kind (``kraftlog.analytics.definitions``): ``POINT`` tables rebuild their rows at
   ``log_offset >= R`` from the versions holding at ``R`` or later; ``WINDOW`` tables rebuild the windows
   open or ending at ``R`` or later, from the versions holding at the earliest such window's start;
-  ``CLUSTER`` tables rebuild the cluster's rows;
+  ``CLUSTER`` tables rebuild the cluster's rows. The tables of the landed log itself go on from what landed
+  since (``kraftlog.spark.landed``): ``HOURS`` tables rebuild the hours from the earliest one a row landed since
+  falls in, ``LOG`` tables the gaps after the last offset landed before the earliest record landed since; when
+  the ledger does not tell what landed since (a run committed after a later one), they rebuild the cluster's rows;
 * **rebuild**: anything else (another lineage, no state): every event row of the cluster is rebuilt.
 
 Either way the tables end equal to a build from scratch (``tests/test_increments.py``).
@@ -28,10 +31,20 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kraftlog.analytics.definitions import CLUSTER, POINT, WINDOW, analyze_state_table, event_tables, increment_of
+from kraftlog.analytics.definitions import (
+    CLUSTER,
+    HOURS,
+    LOG,
+    POINT,
+    WINDOW,
+    analyze_state_table,
+    event_tables,
+    increment_of,
+)
 from kraftlog.analytics.events import BUILDERS, Inputs
 from kraftlog.config import Config
 from kraftlog.spark.history import built_clusters, landed, read_histories
+from kraftlog.spark.landed import Landed, Mark, landed_since, ledger_marks, log_ends
 from kraftlog.spark.predicates import Scope, cluster_predicate, of_clusters
 from kraftlog.spark.store import TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import replay_ranges_table, replay_state_table
@@ -54,6 +67,10 @@ class Cut:
         return self.resume if self.floor is None else min(self.resume, self.floor)
 
 
+# the column a table's rows are cut by, per kind (``CLUSTER`` tables are not cut)
+_ROW_AT = {POINT: "log_offset", WINDOW: "to_offset", LOG: "from_offset", HOURS: "hour", CLUSTER: "cluster_id"}
+
+
 @dataclass
 class EventPlan:
     """What one ``analyze`` rebuilds, per cluster (see the module docstring)."""
@@ -64,37 +81,59 @@ class EventPlan:
     unchanged: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
     histories: dict[str, dict[str, Any]] = field(default_factory=dict)  # replay_state rows the plan compared
-    files: dict[str, int] = field(default_factory=dict)  # ledger rows per cluster when planned
+    marks: dict[str, Mark] = field(default_factory=dict)  # the ledger per cluster when planned
+    # per cluster going on whose ledger tells what landed since its last analysis: where that begins
+    landed: dict[str, Landed] = field(default_factory=dict)
+    gaps_after: dict[str, int] = field(default_factory=dict)  # of those with new records: where LOG tables go on
+    log_ends: dict[str, int | None] = field(default_factory=dict)  # analyze_state.log_end of the clusters going on
 
     @property
     def clusters(self) -> list[str]:
         """The clusters whose events this run writes."""
         return [*self.rebuilt, *self.going_on]
 
+    def _whole(self, increment: str) -> list[str]:
+        """The clusters whose rows of a table of kind ``increment`` are all rebuilt."""
+        if increment == CLUSTER:
+            return self.clusters
+        if increment in (HOURS, LOG):  # and those whose ledger does not tell what landed since
+            return [*self.rebuilt, *(c for c in self.going_on if c not in self.landed)]
+        return self.rebuilt
+
+    def since(self, increment: str) -> dict[str, Any]:
+        """Per cluster going on, where a table of kind ``increment`` begins to read: for ``POINT`` and ``WINDOW``, the
+        offset from which its versions hold (where the earliest window open at the resume offset began; ``POINT``
+        tables need less, and read the same rows); for ``LOG``, the last landed offset before the first record
+        landed since; for ``HOURS``, the earliest hour a row landed since falls in."""
+        if increment == CLUSTER:
+            return {}
+        if increment == LOG:
+            return dict(self.gaps_after)
+        if increment == HOURS:
+            return {c: got.hour for c, got in self.landed.items() if got.hour is not None}
+        return {c: cut.since for c, cut in self.going_on.items()}
+
     def rows(self, increment: str) -> Scope | None:
         """The rows of a table of kind ``increment`` this run replaces (None: all of them)."""
         if self.everything:
             return None
-        whole = [*self.rebuilt, *self.gone]
-        if increment == CLUSTER:
-            return Scope.of([*whole, *self.going_on], {})
-        resume = {c: cut.resume for c, cut in self.going_on.items()}
-        return (Scope.of(whole, resume, "log_offset") if increment == POINT
-                else Scope.of(whole, resume, "to_offset", open=True))
+        after = {c: cut.resume for c, cut in self.going_on.items()} if increment in (POINT, WINDOW) \
+            else {c: at + 1 for c, at in self.gaps_after.items()} if increment == LOG else self.since(increment)
+        return Scope.of([*self._whole(increment), *self.gone], after, _ROW_AT[increment], open=increment == WINDOW)
 
-    def since(self, increment: str) -> dict[str, int]:
-        """Per cluster going on, the offset from which a table of kind ``increment`` reads its versions: where the
-        earliest window open at the resume offset began (``POINT`` tables need less, and read the same rows)."""
-        if increment == CLUSTER:
-            return {}
-        return {c: cut.since for c, cut in self.going_on.items()}
+    def reads(self, increment: str) -> Scope | None:
+        """What a table of kind ``increment`` reads of the clusters it rebuilds rows of (``Inputs.since``; None:
+        every cluster of the plan whole)."""
+        since = self.since(increment)
+        return Scope.of(self._whole(increment), since) if since else None
 
     def versions(self, increment: str) -> Scope | None:
         """The history rows a table of kind ``increment`` is built from (None: all of them)."""
         if self.everything:
             return None
-        return Scope.of(self.rebuilt if increment != CLUSTER else self.clusters, self.since(increment),
-                        "valid_to_offset", open=True)
+        if increment in (POINT, WINDOW):
+            return Scope.of(self.rebuilt, self.since(increment), "valid_to_offset", open=True)
+        return Scope.of(self.clusters, {})
 
     def line(self) -> str:
         if self.everything:
@@ -106,41 +145,63 @@ class EventPlan:
 def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> EventPlan:
     """Compare each cluster's histories and ledger with what its last analysis saw (the module docstring);
     ``anew``: every cluster (of ``clusters``) analysed anew."""
+    def only(df: DataFrame) -> DataFrame:
+        return df if clusters is None else df.filter(of_clusters(clusters))
+
     def by_cluster(df: DataFrame) -> dict[str, dict[str, Any]]:
-        if clusters is not None:
-            df = df.filter(of_clusters(clusters))
-        return {r["cluster_id"]: r.asDict() for r in df.collect()}
+        return {r["cluster_id"]: r.asDict() for r in only(df).collect()}
 
     current = by_cluster(store.read(replay_state_table()))
-    files = files_seen(store, clusters)
+    previous = {} if anew and clusters is None else by_cluster(store.read(analyze_state_table()))
+    was_marked = {c: Mark(was["landed_run"], was["landed_files"], was["landed_digest"])
+                  for c, was in previous.items() if was["landed_run"] is not None}
+    marks, held = ledger_marks(store.spark, only(store.read(catalog()["files"])), was_marked)
     if anew and clusters is None:
-        return EventPlan(True, rebuilt=sorted(current), histories=current, files=files)
-    previous = by_cluster(store.read(analyze_state_table()))
-    plan = EventPlan(False, gone=sorted(set(previous) - set(current)), histories=current, files=files)
+        return EventPlan(True, rebuilt=sorted(current), histories=current, marks=marks)
+    plan = EventPlan(False, gone=sorted(set(previous) - set(current)), histories=current, marks=marks)
     for c, now in sorted(current.items()):
         was = previous.get(c)
         if anew or was is None or was["lineage"] != now["lineage"] or was["resume_offset"] is None \
                 or now["resume_offset"] is None:
             plan.rebuilt.append(c)
-        elif was["history_build_id"] == now["build_id"] and was["files_seen"] == files.get(c, 0):
+        elif was["history_build_id"] == now["build_id"] and was_marked.get(c) == marks.get(c):
             plan.unchanged.append(c)
         else:
             plan.going_on[c] = Cut(was["resume_offset"], was["window_floor"])
+            plan.log_ends[c] = was["log_end"]
+    since = {c: held[c] for c in plan.going_on if c in held}
+    found = landed_since(landed(store), since)
+    plan.landed = {c: found.get(c, Landed(None, None, None)) for c in since}
+    plan.gaps_after = gaps_after(store, plan.landed, plan.log_ends)
     return plan
 
 
-def files_seen(store: TableStore, clusters: list[str] | None = None) -> dict[str, int]:
-    """Ingest ledger rows per cluster (the ledger only grows: a new row means the landed tables changed)."""
-    files = store.read(catalog()["files"])
-    if clusters is not None:
-        files = files.filter(of_clusters(clusters))
-    return {r["cluster_id"]: r["n"] for r in files.groupBy("cluster_id").agg(F.count("*").alias("n")).collect()}
+def gaps_after(store: TableStore, got: dict[str, Landed], ends: dict[str, int | None]) -> dict[str, int]:
+    """Per cluster with records landed since its last analysis, the last offset landed before the first of them
+    (where ``log_gaps`` goes on): the log's end then, or the offset before the gap the first one fell in, or just
+    the offset before it (landed, or before every landed one: no gap begins after it either way)."""
+    out: dict[str, int] = {}
+    inside = []
+    for c, g in got.items():
+        end = ends.get(c)
+        if g.first is not None:
+            if end is not None and g.first > end:
+                out[c] = end
+            else:
+                out[c] = g.first - 1
+                inside.append((c, g.first - 1))
+    if inside:
+        at = F.broadcast(store.spark.createDataFrame(inside, "cluster_id string, at long"))
+        gaps = store.read(event_tables()["log_gaps"]).join(at, "cluster_id").filter(
+            (F.col("from_offset") <= F.col("at")) & (F.col("at") <= F.col("to_offset")))
+        out.update({r["cluster_id"]: r["from_offset"] - 1 for r in gaps.collect()})
+    return out
 
 
 def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope | None = None,
-           read: Inputs | None = None, since: dict[str, int] | None = None) -> Inputs:
+           read: Inputs | None = None, since: Scope | None = None) -> Inputs:
     """The histories, landed tables and replay ranges of a store: only ``clusters`` if given, and only the
-    history rows in ``versions`` if given, which hold from ``since`` on in those clusters.
+    history rows in ``versions`` if given; ``since``: what the builders read of those clusters (``Inputs.since``).
     ``read``: the store's tables already read (``inputs()``)."""
     if read is None:
         read = Inputs(read_histories(store), functools.cache(landed(store)), store.read(replay_ranges_table()))
@@ -154,8 +215,7 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope
     def rows(df: DataFrame) -> DataFrame:
         return only(df) if versions is None else versions.select(df)
 
-    cut = store.spark.createDataFrame(list(since.items()), "cluster_id string, since long") if since else None
-    return Inputs({k: rows(v) for k, v in histories.items()}, lambda name: only(source(name)), only(ranges), cut,
+    return Inputs({k: rows(v) for k, v in histories.items()}, lambda name: only(source(name)), only(ranges), since,
                   {k: only(v) for k, v in histories.items()})
 
 
@@ -173,8 +233,10 @@ def planned_frames(store: TableStore, plan: EventPlan) -> list[tuple[TableDef, D
     out = []
     every = inputs(store)
     clusters = None if plan.everything else plan.clusters
-    later = inputs(store, clusters, plan.versions(POINT), every, plan.since(POINT))  # POINT and WINDOW read alike
-    by_kind = {POINT: later, WINDOW: later, CLUSTER: inputs(store, clusters, plan.versions(CLUSTER), every)}
+    later = inputs(store, clusters, plan.versions(POINT), every, plan.reads(POINT))  # POINT and WINDOW read alike
+    whole = inputs(store, clusters, plan.versions(CLUSTER), every)
+    by_kind = {POINT: later, WINDOW: later, CLUSTER: whole,
+               **{kind: inputs(store, clusters, plan.versions(kind), every, plan.reads(kind)) for kind in (HOURS, LOG)}}
     only_going_on = not (plan.everything or plan.rebuilt or plan.gone)
     changed = changed_kinds(every, plan) if only_going_on else set()
     any_open = any(cut.floor is not None for cut in plan.going_on.values())
@@ -280,9 +342,14 @@ def state_rows(store: TableStore, plan: EventPlan, build_id: str) -> list[dict[s
     """The ``analyze_state`` rows of the clusters this run analysed (from what the plan compared: the run holds
     the warehouse's lease, so the histories and the ledger stay as they were)."""
     floors = window_floors(store, plan.clusters)
+    ends = {c: max((o for o in (plan.log_ends.get(c), got.last) if o is not None), default=None)
+            for c, got in plan.landed.items()}
+    ends.update(log_ends(landed(store), [c for c in plan.clusters if c not in plan.landed]))
+    no_mark = Mark(None, 0, 0)
     return [{"cluster_id": c, "lineage": h["lineage"], "history_build_id": h["build_id"],
-             "resume_offset": h["resume_offset"], "window_floor": floors.get(c), "files_seen": plan.files.get(c, 0),
-             "build_id": build_id} for c in plan.clusters for h in [plan.histories[c]]]
+             "resume_offset": h["resume_offset"], "window_floor": floors.get(c), "landed_run": m.run,
+             "landed_files": m.files, "landed_digest": m.digest, "log_end": ends.get(c), "build_id": build_id}
+            for c in plan.clusters for h, m in [(plan.histories[c], plan.marks.get(c, no_mark))]]
 
 
 def window_floors(store: TableStore, clusters: list[str]) -> dict[str, int]:

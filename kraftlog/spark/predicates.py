@@ -9,7 +9,9 @@ value: with hundreds of clusters, seconds per read).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -37,14 +39,25 @@ def of_clusters(clusters: list[str], column: str = "cluster_id") -> Column:
     return F.expr(str(cluster_predicate(clusters, column)))
 
 
+def cut_literal(value: int | str | datetime) -> str:
+    """A cut as a SQL literal both Spark and delta-rs read alike: an integer, a quoted string, or an instant as an
+    ISO-8601 string in UTC (both compare a timestamp column with it as that instant)."""
+    if isinstance(value, datetime):
+        return "'" + value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") + "'"
+    if isinstance(value, str):
+        return sql_literal(value)
+    return str(int(value))
+
+
 SQL_TERMS = 8  # distinct cut offsets a Scope selects by SQL in Spark; more: a broadcast join
 
 
 @dataclass(frozen=True)
 class Scope:
     """Rows of some clusters, as data: every row of the ``whole`` clusters and, in each cluster of ``after``,
-    the rows where one of ``columns`` is at or after the cluster's offset (with ``open``: or where the first of
-    them is null, a version or window still open).
+    the rows where one of ``columns`` is at or after the cluster's cut (``strict``: after it; with ``open``: or
+    where the first of them is null, a version or window still open). A cut is an offset, a string (a run id)
+    or an instant; a scope of no ``columns`` names its clusters and cuts for ``on`` to apply to a column.
 
     ``sql`` says it as one predicate, a term per distinct offset (for deletes: delta-rs evaluates hundreds of
     terms in a second). ``select`` applies it to a Spark DataFrame: as that predicate while it has at most
@@ -54,13 +67,23 @@ class Scope:
     """
 
     whole: tuple[str, ...] = ()
-    after: tuple[tuple[str, int], ...] = ()
+    after: tuple[tuple[str, Any], ...] = ()
     columns: tuple[str, ...] = ()
     open: bool = False
+    strict: bool = False
 
     @classmethod
-    def of(cls, whole: Iterable[str], after: Mapping[str, int], *columns: str, open: bool = False) -> Scope:
-        return cls(tuple(whole), tuple(after.items()), columns, open)
+    def of(cls, whole: Iterable[str], after: Mapping[str, Any], *columns: str, open: bool = False,
+           strict: bool = False) -> Scope:
+        return cls(tuple(whole), tuple(after.items()), columns, open, strict)
+
+    def on(self, *columns: str) -> Scope:
+        """The same clusters and cuts, on ``columns``."""
+        return replace(self, columns=columns)
+
+    def cuts(self, spark: Any, name: str = "since") -> DataFrame:
+        """The cuts as a small DataFrame: ``cluster_id`` and ``name`` (the clusters of ``after``)."""
+        return spark.createDataFrame(list(self.after), f"cluster_id string, {name} {self._type()}")
 
     @property
     def empty(self) -> bool:
@@ -70,12 +93,18 @@ class Scope:
     def clusters(self) -> list[str]:
         return [*self.whole, *(c for c, _ in self.after)]
 
+    def _type(self) -> str:
+        """The Spark type of the cuts."""
+        kinds = {type(o) for _, o in self.after}
+        return "timestamp" if datetime in kinds else "string" if str in kinds else "long"
+
     def _condition(self, at: str) -> str:
-        terms = [f"{c} >= {at}" for c in self.columns] + ([f"{self.columns[0]} IS NULL"] if self.open else [])
+        op = ">" if self.strict else ">="
+        terms = [f"{c} {op} {at}" for c in self.columns] + ([f"{self.columns[0]} IS NULL"] if self.open else [])
         return terms[0] if len(terms) == 1 else "(" + " OR ".join(terms) + ")"
 
-    def _by_offset(self) -> list[tuple[int, list[str]]]:
-        groups: dict[int, list[str]] = {}
+    def _by_offset(self) -> list[tuple[Any, list[str]]]:
+        groups: dict[Any, list[str]] = {}
         for c, o in self.after:
             groups.setdefault(o, []).append(c)
         return sorted(groups.items())
@@ -83,7 +112,7 @@ class Scope:
     def sql(self) -> str:
         """The rows as a SQL predicate (``false`` when there are none)."""
         parts = [str(cluster_predicate(list(self.whole)))] if self.whole else []
-        parts += [f"{cluster_predicate(cs)} AND {self._condition(str(o))}" for o, cs in self._by_offset()]
+        parts += [f"{cluster_predicate(cs)} AND {self._condition(cut_literal(o))}" for o, cs in self._by_offset()]
         return " OR ".join(f"({p})" for p in parts) if parts else "false"
 
     def select(self, df: DataFrame) -> DataFrame:
@@ -93,9 +122,9 @@ class Scope:
         lowest = min(o for _, o in self.after)
         coarse = (f"{cluster_predicate(self.clusters)} AND ("
                   + " OR ".join([*([str(cluster_predicate(list(self.whole)))] if self.whole else []),
-                                 self._condition(str(lowest))]) + ")")
+                                 self._condition(cut_literal(lowest))]) + ")")
         cuts = df.sparkSession.createDataFrame([*((c, None) for c in self.whole), *self.after],
-                                     "_scope_cluster string, _scope_after long")
+                                               f"_scope_cluster string, _scope_after {self._type()}")
         hit = (F.col("cluster_id") == F.col("_scope_cluster")) & (
             F.col("_scope_after").isNull() | F.expr(self._condition("_scope_after")))
         return df.filter(F.expr(coarse)).join(F.broadcast(cuts), hit, "left_semi")

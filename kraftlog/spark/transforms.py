@@ -99,10 +99,12 @@ def against_existing(winners: DataFrame, existing: DataFrame, paths: F.Column, r
     replaces = F.col("snapshot_id").isNull() & better_copy(lambda c: this_run.get(c, F.col(c)),
                                                            lambda c: F.col(f"e_{c}"))
     replacing = both.filter(replaces)
-    keep = with_raw_bytes(both.filter(~replaces), records)
+    # as among one run's copies (``kraftlog.tables.copies``): a copy that loses is divergence when its bytes differ
+    bytes_differ = F.col("value_hash") != F.col("e_value_hash")
+    keep = with_raw_bytes(both.filter(~replaces & bytes_differ), records)
     no_bytes = [F.lit(None).cast("binary").alias("key"), F.lit(None).cast("binary").alias("value")]
     replaced_div = divergence_rows(
-        replacing.select("cluster_id", "snapshot_id", "log_offset", "snapshot_seq",
+        replacing.filter(bytes_differ).select("cluster_id", "snapshot_id", "log_offset", "snapshot_seq",
                          *[F.col(c).alias(f"w_{c}") for c in _COPY],
                          *[F.col(f"e_{c}").alias(c) for c in [*_COPY, "record_type", "timestamp", "data_json",
                                                                 "is_control", "api_key"]], *no_bytes),

@@ -1,0 +1,104 @@
+"""What landed in a warehouse since a run last looked: per cluster, a mark on the ingest ledger, and where the rows
+landed since begin (the earliest log offset, the earliest hour).
+
+An ingest run writes, per cluster it lands anything of, ledger rows (``files``) under its run id, and every row it
+lands carries that id. A ``Mark`` is a cluster's greatest ledger run id with the count and digest of its ledger rows
+up to that id. When, later, the ledger rows up to that id are still exactly those (``marks_held``), the rows landed
+since are exactly the rows of later run ids, in every landed table (replaced records too: the divergence row of the
+copy replaced is new). Run ids begin with the run's start time, so a run that started before another but committed
+after it (it waited for the lease, or its host's clock was behind) breaks the check: then nothing tells what landed
+since, and the caller builds from everything.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kraftlog.analytics.events import snapshot_times
+from kraftlog.spark.predicates import Scope, of_clusters
+from kraftlog.spark.replay import TableSource
+from kraftlog.tables.definitions import catalog
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A cluster's ledger as a run saw it: the greatest run id, and the count and digest of the rows up to it."""
+
+    run: str | None  # None: no ledger row
+    files: int
+    digest: int
+
+
+@dataclass(frozen=True)
+class Landed:
+    """Where the rows of a cluster landed since a mark begin: the first and last log offset of its new records
+    (None: no record), and the earliest hour of any new row: a record, a batch copy that failed its CRC, a copy
+    that lost (divergence), a snapshot file (None: none has a time)."""
+
+    first: int | None
+    last: int | None
+    hour: datetime | None
+
+
+def ledger_marks(spark: SparkSession, ledger: DataFrame, previous: Mapping[str, Mark]
+                 ) -> tuple[dict[str, Mark], dict[str, str]]:
+    """Per cluster of ``ledger`` (the ``files`` table), its mark now; and per cluster of ``previous`` whose ledger rows
+    up to its mark's run id are still exactly those: that run id (the rows landed since are those of later ids)."""
+    h = F.xxhash64(*catalog()["files"].key, "run_id")
+    marks = spark.createDataFrame([(c, m.run) for c, m in previous.items()], "cluster_id string, _mark string")
+    upto = F.col("_mark").isNotNull() & (F.col("run_id") <= F.col("_mark"))
+    rows = (ledger.join(F.broadcast(marks), "cluster_id", "left").groupBy("cluster_id")
+            .agg(F.max("run_id").alias("run"), F.count("*").alias("files"), F.bit_xor(h).alias("digest"),
+                 F.count(F.when(upto, 1)).alias("files_upto"), F.bit_xor(F.when(upto, h)).alias("digest_upto"))
+            .collect())
+    now = {r["cluster_id"]: Mark(r["run"], r["files"], r["digest"] or 0) for r in rows}
+    held = {}
+    for r in rows:
+        was = previous.get(r["cluster_id"])
+        if was is not None and was.run is not None and (r["files_upto"], r["digest_upto"] or 0) == (was.files,
+                                                                                                  was.digest):
+            held[r["cluster_id"]] = was.run
+    return now, held
+
+
+def landed_since(table: TableSource, since: Mapping[str, str]) -> dict[str, Landed]:
+    """Per cluster of ``since`` (cluster -> run id) with rows landed by later runs: where they begin."""
+    if not since:
+        return {}
+    later = Scope.of([], since, "run_id", strict=True)
+    none_long = F.lit(None).cast("long")
+
+    def times(df: DataFrame, column: str) -> DataFrame:
+        return df.select("cluster_id", none_long.alias("first"), none_long.alias("last"), F.col(column).alias("t"))
+
+    records = later.select(table("records").filter(F.col("source") == "log")).select(
+        "cluster_id", F.col("log_offset").alias("first"), F.col("log_offset").alias("last"),
+        F.col("timestamp").alias("t"))
+    snapshots = (later.select(table("files").filter(F.col("file_kind") == "snapshot"))
+                 .select("cluster_id", "snapshot_id").join(snapshot_times(table), ["cluster_id", "snapshot_id"]))
+    parts = [records, times(later.select(table("batches").filter(~F.col("crc_valid"))), "max_timestamp"),
+             times(later.select(table("divergence")), "loser_timestamp"), times(snapshots, "timestamp")]
+    rows = (functools.reduce(DataFrame.unionByName, parts).groupBy("cluster_id")
+            .agg(F.min("first").alias("first"), F.max("last").alias("last"),
+                 F.unix_micros(F.date_trunc("hour", F.min("t"))).alias("hour"))
+            .collect())
+    return {r["cluster_id"]: Landed(r["first"], r["last"], None if r["hour"] is None
+                                    else datetime.fromtimestamp(r["hour"] / 1e6, UTC)) for r in rows}
+
+
+def log_ends(table: TableSource, clusters: list[str]) -> dict[str, int]:
+    """Per cluster of ``clusters``, its greatest landed log offset."""
+    if not clusters:
+        return {}
+    rows = (table("records").filter((F.col("source") == "log") & of_clusters(clusters))
+            .groupBy("cluster_id").agg(F.max("log_offset").alias("end")).collect())
+    return {r["cluster_id"]: r["end"] for r in rows if r["end"] is not None}
+
+
+__all__ = ["Landed", "Mark", "landed_since", "ledger_marks", "log_ends"]
