@@ -451,3 +451,22 @@ def test_scopes_cut_at_instants_and_after_run_ids_select_in_spark_and_delta_rs_a
         kept = {(r["cluster_id"], r["hour"].astimezone(UTC), r["run_id"])
                 for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()}
         assert kept == set(rows) - want, scope.columns
+
+
+def test_the_landed_log_tables_read_only_the_clusters_they_rebuild_rows_of() -> None:
+    """A cluster going on with nothing landed since is neither read nor written by the ``HOURS`` and ``LOG`` tables;
+    one whose ledger does not tell (no ``landed`` entry) is read and written whole, as a cluster analysed anew."""
+    from kraftlog.analytics.definitions import CLUSTER, HOURS, LOG, POINT
+    from kraftlog.spark.analyze import Cut, EventPlan
+    from kraftlog.spark.landed import Landed
+
+    hour = datetime(2026, 1, 1, 10, tzinfo=UTC)
+    plan = EventPlan(False, rebuilt=["r"], going_on={"quiet": Cut(5), "new": Cut(7), "unsure": Cut(9)}, gone=["g"],
+                     landed={"quiet": Landed(None, None, None), "new": Landed(12, 20, hour)}, gaps_after={"new": 11})
+    assert plan.reads(HOURS) == Scope.of(["r", "unsure"], {"new": hour})
+    assert plan.rows(HOURS) == Scope.of(["r", "unsure", "g"], {"new": hour}, "hour")
+    assert plan.reads(LOG) == Scope.of(["r", "unsure"], {"new": 11})
+    assert plan.rows(LOG) == Scope.of(["r", "unsure", "g"], {"new": 12}, "from_offset")
+    quiet = replace(plan, landed={"quiet": Landed(None, None, None), "new": Landed(None, None, None)}, gaps_after={})
+    assert quiet.reads(HOURS) == Scope.of(["r", "unsure"], {})  # not every cluster of the plan whole
+    assert plan.reads(CLUSTER) is None and plan.reads(POINT) == Scope.of(["r"], {"quiet": 5, "new": 7, "unsure": 9})

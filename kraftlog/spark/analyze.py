@@ -124,8 +124,8 @@ class EventPlan:
     def reads(self, increment: str) -> Scope | None:
         """What a table of kind ``increment`` reads of the clusters it rebuilds rows of (``Inputs.since``; None:
         every cluster of the plan whole)."""
-        since = self.since(increment)
-        return Scope.of(self._whole(increment), since) if since else None
+        since, whole = self.since(increment), self._whole(increment)
+        return None if not since and set(whole) == set(self.clusters) else Scope.of(whole, since)
 
     def versions(self, increment: str) -> Scope | None:
         """The history rows a table of kind ``increment`` is built from (None: all of them)."""
