@@ -22,9 +22,10 @@ from common import copy_corpus, corpus_arguments, local_config, save_results, wi
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = corpus_arguments(__doc__, argv)
 
-    from kraftlog.spark.history import reconstruct, verify_tables
+    from kraftlog.spark.history import reconstruct
     from kraftlog.spark.ingest import ingest
     from kraftlog.spark.session import build_session
+    from kraftlog.spark.verify import verify_tables
 
     work = Path(tempfile.mkdtemp(prefix="kraftlog-bench-"))
     results: dict[str, Any] = {"cores": args.cores}

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kraftlog.spark.history import reconstruct, verify_tables
+from kraftlog.spark.history import reconstruct
 from kraftlog.spark.session import job_arguments
+from kraftlog.spark.verify import verify_tables
 from kraftlog.state.local import verify_lines
 
 

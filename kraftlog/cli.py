@@ -316,17 +316,19 @@ def maintain(warehouse: str | None, conf_file: str | None, z_order: bool, retent
               "up to date with its landed tables, else histories built from those aside.")
 @_PROFILE
 @click.option("--quiet", is_flag=True, help="Only differences and the totals.")
-def verify(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, quiet: bool) -> None:
+@click.option("--full", is_flag=True, help="On a warehouse: check every snapshot again, not only those no check of "
+              "the same histories' lineage holds for (snapshot_checks).")
+def verify(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, quiet: bool, full: bool) -> None:
     """Replay the log to every snapshot it reaches and compare with the snapshot's own contents.
 
     PATHS are data directories (or folders above them); each path is checked on its own. Exit status
     0 only when nothing differs (like fsck); 1 when something does.
     """
     if warehouse or not paths:
-        from kraftlog.spark.history import verify_tables
+        from kraftlog.spark.verify import verify_tables
 
         spark, store, config = _spark_store(warehouse, conf_file)
-        report = verify_tables(spark, config, store)
+        report = verify_tables(spark, config, store, full=full)
     else:
         from kraftlog.state.local import load_clusters
         from kraftlog.state.local import verify as verify_cluster

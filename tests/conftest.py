@@ -123,12 +123,15 @@ def sample(spark, sample_warehouse):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def sample_events(spark, sample):  # type: ignore[no-untyped-def]
-    """The sample warehouse with its event tables built by ``kraftlog analyze``: (path, CLI output)."""
+    """The sample warehouse with its histories verified (``snapshot_checks``) and its event tables built by ``kraftlog
+    analyze``: (path, CLI output of analyze)."""
     from click.testing import CliRunner
 
     from kraftlog.cli import main
 
     wh, _ = sample
+    checked = CliRunner().invoke(main, ["verify", "--warehouse", str(wh), "--quiet"])
+    assert checked.exit_code == 0, checked.output
     out = CliRunner().invoke(main, ["analyze", "--warehouse", str(wh)])
     assert out.exit_code == 0, out.output
     return wh, out.output

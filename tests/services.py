@@ -99,7 +99,7 @@ def upload(env: dict[str, str], local: Path, uri: str) -> int:
 # columns that name where or when a run read or wrote, not what the log holds
 VOLATILE = {"run_id", "file", "path", "data_dir", "ingested_at", "modification_time", "winner_file", "loser_file",
             "started_at", "finished_at", "seconds", "inputs", "writer", "build_id", "built_at", "lineage", "landed_run",
-            "landed_files", "landed_digest", "history_build_id"}
+            "landed_files", "landed_digest", "history_build_id", "checked_at"}
 
 
 def table_rows(uri: str, options: dict[str, str] | None = None) -> list[str]:

@@ -344,9 +344,9 @@ def test_a_malformed_meta_properties_is_an_error_on_its_directory(spark, tmp_pat
 @pytest.mark.spark
 def test_the_tables_do_not_start_replay_from_an_incomplete_snapshot(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from kraftlog.config import Config
+    from kraftlog.spark.bases import cluster_bases
     from kraftlog.spark.history import landed
     from kraftlog.spark.ingest import ingest
-    from kraftlog.spark.replay import cluster_bases
     from kraftlog.spark.store import store_for
 
     node = tmp_path / "in" / "node-2"

@@ -251,6 +251,11 @@ def test_verify_reports_a_snapshot_that_disagrees_with_the_log(spark: Any, tmp_p
     assert sorted(topics.to_pyarrow_table().column("cluster_id").to_pylist()) == ["bad", "good"]
     job = load_job("reconstruct")
     assert job.main(["--warehouse", str(wh), "--cluster", "bad", "--verify"]) == 1  # the gate fails the task
+    kept = DeltaTable(str(wh / "snapshot_checks")).to_pyarrow_table().to_pylist()
+    assert [(r["cluster_id"], [(d["field"], d["histories"], d["snapshot"]) for d in r["differences"]])
+            for r in kept] == [("bad", [("value", '"1000"', '"2000"')])]
+    again = _cli("verify", "--warehouse", str(wh))  # the check kept stands: told again, not replayed again
+    assert again.exit_code == 1 and difference in again.output, again.output
     assert DeltaTable(str(wh / "topics_history")).version() == version  # nothing new: nothing rewritten
     assert job.main(["--warehouse", str(wh), "--cluster", "bad", "--full"]) == 0
     topics = DeltaTable(str(wh / "topics_history"))

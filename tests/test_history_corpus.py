@@ -10,9 +10,10 @@ import pytest
 from test_history import assert_same_histories, local_rows, spark_rows
 
 from kraftlog.config import Config
-from kraftlog.spark.history import build_histories, landed, verify_build
+from kraftlog.spark.history import build_histories, landed
 from kraftlog.spark.ingest import ingest
 from kraftlog.spark.store import open_store
+from kraftlog.spark.verify import verify_build
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

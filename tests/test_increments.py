@@ -22,13 +22,17 @@ from services import arrow_rows, table_rows
 from kraftlog.analytics.definitions import WINDOW, event_tables, increment_of
 from kraftlog.config import Config
 from kraftlog.spark.analyze import AnalyzeResult, analyze
-from kraftlog.spark.history import ReconstructResult, reconstruct
+from kraftlog.spark.bases import ClusterBase, cluster_bases
+from kraftlog.spark.history import ReconstructResult, landed, reconstruct
+from kraftlog.spark.increments import plan_build
 from kraftlog.spark.ingest import ingest
 from kraftlog.spark.predicates import SQL_TERMS, Scope
+from kraftlog.spark.store import store_for
 from kraftlog.state.entities import history_tables
 
 pytestmark = pytest.mark.spark
 
+CLUSTER = "T4vFxmI9RFCnFwCmltnwag"  # the sample's
 BUILT = [*(t.name for t in history_tables().values()), "replay_ranges", "replay_state", *event_tables(),
          "analyze_state"]
 
@@ -64,11 +68,31 @@ def land_and_build(spark: Any, inputs: Path, wh: Path, full: bool = False) -> Re
     return land_build_analyze(spark, inputs, wh, full)[0]
 
 
-def land_build_analyze(spark: Any, inputs: Path, wh: Path, full: bool = False
+def land_build_analyze(spark: Any, inputs: Path, wh: Path, full: bool = False, check_bases: bool = False
                        ) -> tuple[ReconstructResult, AnalyzeResult]:
     config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
     ingest(spark, [str(inputs)], config)
+    if check_bases:
+        assert_bases_carried_as_read_whole(spark, config)
     return reconstruct(spark, config, full=full), analyze(spark, config, full=full)
+
+
+def assert_bases_carried_as_read_whole(spark: Any, config: Config) -> int:
+    """The bases a build plans from what landed since the last build equal those read from every landed row;
+    returns how many clusters were carried on (none before the first build)."""
+    if not DeltaTable.is_deltatable(str(Path(config.warehouse) / "replay_state")):
+        return 0
+    store = store_for(spark, config)
+    source = landed(store)
+    plan = plan_build(spark, store, source, None, full=False)
+
+    def facts(b: ClusterBase) -> tuple[Any, ...]:
+        snaps = sorted(b.snapshots, key=lambda s: (s.offset, s.snapshot_id))
+        return (b.base, b.last, b.last_ms, b.start, snaps, [b.log_epochs.get(s.offset) for s in snaps],
+                [b.snapshot_digests.get(s.snapshot_id) for s in snaps])
+
+    assert {b.cluster_id: facts(b) for b in plan.bases} == {b.cluster_id: facts(b) for b in cluster_bases(source)}
+    return len(plan.bases) - len(plan.read_whole)
 
 
 def assert_same_as_a_full_build(spark: Any, inputs: Path, wh: Path, scratch: Path, fresh: Path | None = None
@@ -103,14 +127,14 @@ def test_a_growing_log_goes_on_from_the_last_build(spark: Any, tmp_path: Path, s
     assert (first.clusters, first.resumed) == (1, 0)
     opened = DeltaTable(str(wh / window)).to_pyarrow_table().to_pylist()
     assert any(r["from_offset"] == began and r["to_offset"] is None for r in opened), window
-    grown, events = land_build_analyze(spark, copy_upto(SAMPLE, inputs, 1 << 40), wh)
-    assert (grown.clusters, grown.resumed, grown.unchanged) == (1, 1, 0), grown.line()
+    grown, events = land_build_analyze(spark, copy_upto(SAMPLE, inputs, 1 << 40), wh, check_bases=True)
+    assert (grown.clusters, grown.resumed, grown.unchanged, grown.read_whole) == (1, 1, 0, 0), grown.line()
     assert (len(events.plan.going_on), len(events.plan.rebuilt)) == (1, 0), events.line()
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path, sample_built)
     # nothing new: nothing replayed, nothing committed
     versions = {name: DeltaTable(str(wh / name)).version() for name in BUILT}
     again = land_and_build(spark, inputs, wh)
-    assert (again.clusters, again.unchanged) == (0, 1) and sum(again.rows.values()) == 0
+    assert (again.clusters, again.unchanged, again.read_whole) == (0, 1, 0) and sum(again.rows.values()) == 0
     assert versions == {name: DeltaTable(str(wh / name)).version() for name in BUILT}
 
 
@@ -120,8 +144,8 @@ def test_an_older_segment_arriving_late_replays_the_cluster_from_its_base(spark:
     first = land_and_build(spark, copy_upto(SAMPLE, inputs, 1 << 40, skip=("00000000000000000000.log",)), wh)
     ranges = DeltaTable(str(wh / "replay_ranges")).to_pyarrow_table().to_pylist()
     assert first.clusters == 1 and ranges[0]["base_snapshot_id"] is not None  # the log starts after offset 0
-    late, events = land_build_analyze(spark, copy_upto(SAMPLE, inputs, 1 << 40), wh)
-    assert (late.clusters, late.resumed) == (1, 0)  # another base: replayed from it, not gone on
+    late, events = land_build_analyze(spark, copy_upto(SAMPLE, inputs, 1 << 40), wh, check_bases=True)
+    assert (late.clusters, late.resumed, late.read_whole) == (1, 0, 1)  # another base: replayed from it, read whole
     assert (len(events.plan.going_on), len(events.plan.rebuilt)) == (0, 1)  # another lineage: analysed anew
     assert DeltaTable(str(wh / "replay_ranges")).to_pyarrow_table().to_pylist()[0]["base_snapshot_id"] is None
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path, sample_built)
@@ -145,9 +169,45 @@ def test_any_split_of_random_logs_equals_a_build_from_scratch(spark: Any, tmp_pa
         ends = None if cut is None else {
             c.cluster_id: (c.snapshot_offset + 1 if c.snapshot is not None else 0)
             + int(len(c.log) * ((cut + i * 0.618) % 1.0)) for i, c in enumerate(generated)}
-        histories, events = land_build_analyze(spark, copy_upto(source, inputs, 1 << 40, ends=ends), wh)
+        histories, events = land_build_analyze(spark, copy_upto(source, inputs, 1 << 40, ends=ends), wh,
+                                               check_bases=True)
         assert len(events.plan.going_on) >= histories.resumed, events.line()  # none analysed anew for their number
+        assert histories.read_whole <= histories.clusters - histories.resumed, histories.line()
     assert_same_as_a_full_build(spark, inputs, wh, work)
+
+
+def test_verify_checks_each_snapshot_once_per_lineage(spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """An hourly verify replays only the snapshots that landed since the last one (the checks kept stand while the
+    histories only go on), and says what a check of every snapshot says; a new lineage is checked anew."""
+    from kraftlog.spark import verify
+
+    replayed: list[list[str]] = []
+    real = verify.replay
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        replayed.append(sorted(b.cluster_id for b in args[3]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(verify, "replay", spy)
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
+
+    def checked(report: Any) -> list[str]:
+        return [c.snapshot_id for _, checks in report for c in checks if c.reachable]
+
+    land_and_build(spark, copy_upto(SAMPLE, inputs, 1200), wh)
+    before = checked(verify.verify_tables(spark, config))
+    assert len(replayed[-1]) == len(before) > 10
+    land_and_build(spark, copy_upto(SAMPLE, inputs, 1 << 40), wh)
+    hour = verify.verify_tables(spark, config)
+    new = sorted(set(checked(hour)) - set(before))
+    assert new and replayed[-1] == sorted(f"{CLUSTER}@{s}" for s in new)  # only the snapshots new since
+    assert hour == verify.verify_tables(spark, config, full=True)  # what checking every snapshot says
+    assert len(replayed[-1]) == len(checked(hour))
+    verify.verify_tables(spark, config)
+    assert replayed[-1] == []  # nothing new
+    reconstruct(spark, config, full=True)  # a new lineage: no check kept stands
+    assert verify.verify_tables(spark, config) == hour and len(replayed[-1]) == len(checked(hour))
 
 
 def test_going_on_from_an_open_transaction_reports_its_problems_once(spark: Any, tmp_path: Path) -> None:

@@ -28,20 +28,12 @@ from kraftlog.analytics.events import valid_at
 from kraftlog.config import Config
 from kraftlog.errors import ClusterNotFound, NotBuilt, UsageError
 from kraftlog.points import check_in_log
+from kraftlog.spark.bases import ClusterBase, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
 from kraftlog.spark.increments import plan_build, state_table_rows
-from kraftlog.spark.predicates import of_clusters
-from kraftlog.spark.replay import (
-    ClusterBase,
-    TableSource,
-    cluster_bases,
-    output_tables,
-    pseudo_cluster,
-    replay,
-    snapshot_bases,
-)
+from kraftlog.spark.replay import output_tables, replay
 from kraftlog.spark.store import StagedFile, TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table, replay_state_table
-from kraftlog.state.local import Difference, SnapshotCheck
+from kraftlog.state.local import Difference
 from kraftlog.state.replay import Change, Image
 from kraftlog.tables.definitions import catalog
 
@@ -95,13 +87,14 @@ class ReconstructResult:
     seconds: float
     resumed: int = 0  # of ``clusters``, those that went on from their last build
     unchanged: int = 0  # clusters left as they were
+    read_whole: int = 0  # clusters whose landed rows were all read to plan (not only those landed since)
 
     def line(self) -> str:
         total = sum(self.rows.values())
         parts = ", ".join(f"{k} {v}" for k, v in self.rows.items() if v)
         return (f"build {self.build_id}: {self.clusters} cluster(s) replayed ({self.resumed} going on from their "
-                f"last build), {self.unchanged} unchanged, {total} history rows written in {self.seconds:.1f}s"
-                + (f" ({parts})" if parts else ""))
+                f"last build), {self.unchanged} unchanged, {self.read_whole} read whole to plan, {total} history rows "
+                f"written in {self.seconds:.1f}s" + (f" ({parts})" if parts else ""))
 
 
 def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = None,
@@ -127,11 +120,12 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
         log.warning("%s created anew: every cluster is rebuilt, not only %s", ", ".join(remade), ", ".join(clusters))
         clusters = None
     source = landed(store)
-    plan = plan_build(spark, store, source, cluster_bases(source, clusters), clusters, full)
+    plan = plan_build(spark, store, source, clusters, full)
     log.info("reconstruct: %d cluster(s) go on from their last build, %d replayed from their base, %d unchanged, "
              "%d gone", len(plan.resumed), len(plan.rebuilt), len(plan.unchanged), len(plan.gone))
     rows = {t.name: 0 for t in output_tables()}
     everything = clusters is None and plan.from_scratch  # every table replaced in one commit each
+    done: list[dict[str, Any]] = []
     if plan.run or plan.gone or everything:
         files = replay(spark, store, source, plan.run, build_id, state=plan.state)
         ranges = replay_ranges_table()
@@ -141,12 +135,14 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
             store.overwrite(t, mine, build_id, where)
             rows[t.name] = sum(f.num_records for f in mine)
         done = [r.asDict() for r in store.read_staged(ranges, files).collect()]
+    if done or plan.gone or plan.refreshed or everything:
         state = pa.Table.from_pylist(state_table_rows(plan, done, build_id), schema=state_table.schema)
         store.overwrite(state_table, store.stage_small(state_table, state, build_id), build_id,
-                        None if everything else plan.cluster_where())
+                        None if everything else plan.cluster_where(refreshed=True))
     for name, n in rows.items():
         log.info("%s: %d rows", name, n)
-    return ReconstructResult(build_id, len(plan.run), rows, time.time() - t0, len(plan.resumed), len(plan.unchanged))
+    return ReconstructResult(build_id, len(plan.run), rows, time.time() - t0, len(plan.resumed), len(plan.unchanged),
+                             len(plan.read_whole))
 
 
 def read_histories(store: TableStore) -> History:
@@ -306,83 +302,10 @@ def differences(row: Any) -> list[Difference]:
     return [Difference(k.name, key, f, a.get(f), b.get(f)) for f in k.value_names if a.get(f) != b.get(f)]
 
 
-def verify_tables(spark: SparkSession, config: Config, store: TableStore | None = None,
-                  clusters: list[str] | None = None) -> list[tuple[str, list[SnapshotCheck]]]:
-    """The histories vs. every reachable snapshot's contents, per cluster (or of ``clusters``).
-
-    When the store's histories are up to date with its landed tables (``reconstruct`` ran since the last
-    ingest), those are checked and only the snapshots are replayed: the check costs the snapshots, not the
-    log, and covers the tables users query. Otherwise histories are built aside from the landed tables."""
-    store = store or store_for(spark, config)
-    source = landed(store)
-    bases = cluster_bases(source, clusters)
-    committed = _up_to_date(spark, store, source, bases, clusters)
-    every = snapshot_bases(bases) if committed else bases + snapshot_bases(bases)
-    build_id = new_run_id()
-    build = HistoryBuild(every, store, build_id, replay(spark, store, source, every, build_id, scratch=True))
-    try:
-        return compare_snapshots(spark, bases, read_histories(store) if committed else build.histories,
-                                 build.histories)
-    finally:
-        build.release()
-
-
-def _up_to_date(spark: SparkSession, store: TableStore, source: TableSource, bases: list[ClusterBase],
-                clusters: list[str] | None) -> bool:
-    """Whether the store's histories of every cluster of ``bases`` are those a build would write now."""
-    try:
-        built_clusters(store)
-    except NotBuilt:
-        return False
-    plan = plan_build(spark, store, source, bases, clusters, full=False)
-    return not plan.from_scratch and not plan.run
-
-
-def verify_build(spark: SparkSession, build: HistoryBuild) -> list[tuple[str, list[SnapshotCheck]]]:
-    """``verify_tables`` on a build made with ``snapshots=True``."""
-    return compare_snapshots(spark, [b for b in build.bases if b.cluster_id == b.source_cluster], build.histories,
-                             build.histories)
-
-
-def compare_snapshots(spark: SparkSession, real: list[ClusterBase], histories: History, snapshots: History
-                      ) -> list[tuple[str, list[SnapshotCheck]]]:
-    """Per cluster of ``real``, the ``histories`` at every snapshot its replay reaches against the snapshot's
-    contents (``snapshots``: the histories of the pseudo-clusters of ``snapshot_bases``)."""
-    probes = [(b.cluster_id, s.snapshot_id, s.offset, pseudo_cluster(b.cluster_id, s.snapshot_id))
-              for b in real for s in b.snapshots if b.reach(s)[0]]
-    found: dict[str, list[Difference]] = {}
-    if probes:
-        points = F.broadcast(spark.createDataFrame(probes, "cluster_id string, snapshot_id string, at long, "
-                                                           "pseudo string"))
-        pseudo = [p[3] for p in probes]
-        left: History = {}
-        right: History = {}
-        for kind, df in histories.items():
-            valid = valid_at(F.col("at"))
-            left[kind] = df.join(points, "cluster_id").filter(valid).withColumn("cluster_id", F.col("pseudo"))
-            right[kind] = snapshots[kind].filter(of_clusters(pseudo))
-        rows = differing_json(left, right)
-        for r in rows.collect() if rows is not None else []:
-            if r["kind"] == "producer_ids" and r["right"] is None:
-                continue  # the snapshot has no ProducerIdsRecord: the mark survives (ProducerIdsDelta)
-            found.setdefault(r["cluster_id"], []).extend(differences(r))
-    report = []
-    for b in real:
-        checks = []
-        for s in sorted(b.snapshots, key=lambda s: (s.offset, s.snapshot_id)):
-            ok, note = b.reach(s)
-            checks.append(SnapshotCheck(s.snapshot_id, s.offset, None, ok,
-                                        sorted(found.get(pseudo_cluster(b.cluster_id, s.snapshot_id), []),
-                                               key=lambda d: (d.kind, repr(d.key), d.field)), note))
-        report.append((b.cluster_id, checks))
-    return report
-
-
 __all__ = [
     "HistoryBuild",
     "build_histories",
     "built_clusters",
-    "compare_snapshots",
     "diff",
     "differences",
     "differing",
@@ -393,6 +316,4 @@ __all__ = [
     "read_histories",
     "reconstruct",
     "state_at",
-    "verify_build",
-    "verify_tables",
 ]

@@ -26,10 +26,22 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from kraftlog.spark.bases import (
+    ClusterBase,
+    TableSource,
+    carry_bases,
+    cluster_bases,
+    from_summary,
+    log_digest,
+    summary_columns,
+    summary_row,
+)
+from kraftlog.spark.landed import Mark, ledger_marks
 from kraftlog.spark.predicates import cluster_predicate, of_clusters, sql_literal
-from kraftlog.spark.replay import ClusterBase, TableSource, state_rows
+from kraftlog.spark.replay import state_rows
 from kraftlog.spark.store import TableStore
 from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
+from kraftlog.tables.definitions import catalog
 
 
 @dataclass
@@ -47,6 +59,12 @@ class Plan:
     reopened: dict[str, int] = field(default_factory=dict)
     lineages: dict[str, str] = field(default_factory=dict)  # clusters going on -> their lineage
     from_scratch: bool = False  # no build state at all (a new warehouse, or one built before replay_state)
+    bases: list[ClusterBase] = field(default_factory=list)  # every cluster's, the unchanged ones too
+    read_whole: list[str] = field(default_factory=list)  # clusters whose landed rows were all read (cluster_bases)
+    previous: dict[str, dict[str, Any]] = field(default_factory=dict)  # the replay_state rows compared
+    marks: dict[str, Mark] = field(default_factory=dict)  # each cluster's ledger when planned
+    # unchanged clusters whose replay_state row moves (a new ledger mark, snapshot): cluster -> the row it had
+    refreshed: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def history_where(self) -> str | None:
         """The rows of the history tables this build replaces."""
@@ -60,9 +78,10 @@ class Plan:
                   for c, begin in self.reopened.items()]  # and what control records changed since (state_rows)
         return " OR ".join(parts) if parts else None
 
-    def cluster_where(self) -> str | None:
-        """The rows of the per-cluster tables (``replay_ranges``, ``replay_state``) this build replaces."""
-        ids = [*self.rebuilt, *self.resumed, *self.gone]
+    def cluster_where(self, refreshed: bool = False) -> str | None:
+        """The rows of the per-cluster tables this build replaces: of ``replay_ranges``; with ``refreshed``, of
+        ``replay_state``."""
+        ids = [*self.rebuilt, *self.resumed, *self.gone, *(self.refreshed if refreshed else ())]
         return cluster_predicate(ids) if ids else None
 
 
@@ -73,9 +92,10 @@ def digests(spark: SparkSession, table: TableSource, ranges: list[tuple[str, int
     if not ranges:
         return {}
     plan = spark.createDataFrame(ranges, "cluster_id string, _first long, _prev long")
-    h = F.xxhash64("log_offset", "batch_epoch", "value_hash")
+    h = log_digest()
     before = F.col("_prev").isNotNull() & (F.col("log_offset") <= F.col("_prev"))
-    rows = (table("records").filter(F.col("source") == "log").join(F.broadcast(plan), "cluster_id")
+    rows = (table("records").filter((F.col("source") == "log") & of_clusters([c for c, _, _ in ranges]))
+            .join(F.broadcast(plan), "cluster_id")
             .filter(F.col("log_offset") >= F.col("_first"))
             .groupBy("cluster_id")
             .agg(F.count("*").alias("n"), F.bit_xor(h).alias("d"),
@@ -95,14 +115,32 @@ def _carried(problems: list[str] | None, base_problem: str | None, resume_from: 
             and not p.startswith("... and ") and before(p)]
 
 
-def plan_build(spark: SparkSession, store: TableStore, table: TableSource, bases: list[ClusterBase],
-               clusters: list[str] | None, full: bool) -> Plan:
-    """Compare each cluster with the state its last build left (see the module docstring)."""
+def plan_build(spark: SparkSession, store: TableStore, table: TableSource, clusters: list[str] | None, full: bool
+               ) -> Plan:
+    """Compare each cluster (of ``clusters``, else every one) with the state its last build left (see the module
+    docstring); where its ledger tells what landed since, only those rows are read (``carry_bases``)."""
+    state = store.read(replay_state_table())
     previous: dict[str, Any] = {} if full else {
-        r["cluster_id"]: r.asDict() for r in store.read(replay_state_table()).collect()}
-    first = {b.cluster_id: b.base.first for b in bases if b.last is not None}
-    found = digests(spark, table, [(c, f, (previous.get(c) or {}).get("last_offset")) for c, f in first.items()])
-    plan = Plan([], digests={c: (v["n"], v["d"]) for c, v in found.items()}, from_scratch=not previous)
+        r["cluster_id"]: r.asDict(recursive=True)
+        for r in state.select(*[c for c in state.columns if c != "snapshots"], *summary_columns()).collect()}
+    ledger = store.read(catalog()["files"])
+    was = {c: Mark(p["landed_run"], p["landed_files"], p["landed_digest"]) for c, p in previous.items()
+           if p["landed_run"] is not None and (clusters is None or c in clusters)}
+    marks, held = ledger_marks(spark, ledger if clusters is None else ledger.filter(of_clusters(clusters)), was)
+    carried = carry_bases(table, {c: from_summary(c, previous[c]) for c in held}, held)
+    rest = [c for c in sorted(marks) if c not in carried.bases]
+    bases = sorted([*carried.bases.values(), *(cluster_bases(table, rest if carried.bases or clusters else None)
+                                               if rest else [])], key=lambda b: b.cluster_id)
+    found: dict[str, dict[str, int]] = {}
+    for c, (n, d) in carried.added.items():  # every record landed since is after the last build's last offset
+        p, b = previous[c], carried.bases[c]
+        if _same_base(b, p):
+            found[c] = {"n": p["applied_records"] + n, "d": p["applied_digest"] ^ d,
+                        "n_prev": p["applied_records"], "d_prev": p["applied_digest"]}
+    first = {b.cluster_id: b.base.first for b in bases if b.last is not None and b.cluster_id not in found}
+    found.update(digests(spark, table, [(c, f, (previous.get(c) or {}).get("last_offset")) for c, f in first.items()]))
+    plan = Plan([], bases=bases, digests={c: (v["n"], v["d"]) for c, v in found.items()}, marks=marks,
+                from_scratch=not previous, read_whole=rest, previous=previous)
     wanted = set(clusters) if clusters is not None else None
     plan.gone = sorted(c for c in previous if c not in {b.cluster_id for b in bases}
                        and (wanted is None or c in wanted))
@@ -112,6 +150,8 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, bases
         verdict = _verdict(b, p, found.get(b.cluster_id))
         if verdict == "unchanged":
             plan.unchanged.append(b.cluster_id)
+            if p is not None and (marks.get(b.cluster_id) != was.get(b.cluster_id) or _summary(p) != summary_row(b)):
+                plan.refreshed[b.cluster_id] = p  # the histories stand; what the next build goes on from moved
         elif verdict == "go on":
             assert p is not None
             go_on[b.cluster_id] = p["resume_offset"]
@@ -134,14 +174,22 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, bases
     return plan
 
 
+def _same_base(b: ClusterBase, p: dict[str, Any]) -> bool:
+    snap = b.base.snapshot
+    return (p["base_snapshot_id"] == (snap.snapshot_id if snap else None)
+            and p["first_offset"] == (b.base.first if b.last is not None else None))
+
+
+def _summary(p: dict[str, Any]) -> dict[str, Any]:
+    """A ``replay_state`` row's summary (``summary_row``), as kept."""
+    return summary_row(from_summary(p["cluster_id"], p))
+
+
 def _verdict(b: ClusterBase, p: dict[str, Any] | None, d: dict[str, int] | None) -> str:
     """unchanged, go on, or rebuild (see the module docstring)."""
     if p is None:
         return "rebuild"
-    snap = b.base.snapshot
-    same_base = (p["base_snapshot_id"] == (snap.snapshot_id if snap else None)
-                 and p["first_offset"] == (b.base.first if b.last is not None else None))
-    if not same_base:
+    if not _same_base(b, p):
         return "rebuild"
     if b.last is None or p["last_offset"] is None:
         return "unchanged" if b.last is None and p["last_offset"] is None else "rebuild"
@@ -152,7 +200,10 @@ def _verdict(b: ClusterBase, p: dict[str, Any] | None, d: dict[str, int] | None)
 
 
 def state_table_rows(plan: Plan, ranges: list[dict[str, Any]], build_id: str) -> list[dict[str, Any]]:
-    """The ``replay_state`` rows of the clusters this build replayed, from their ``replay_ranges`` rows."""
+    """The ``replay_state`` rows of the clusters this build replayed (from their ``replay_ranges`` rows) and of those
+    it refreshed."""
+    bases = {b.cluster_id: b for b in plan.bases}
+    no_mark = Mark(None, 0, 0)
     out = []
     for r in ranges:
         n, d = plan.digests.get(r["cluster_id"], (0, 0))
@@ -163,4 +214,9 @@ def state_table_rows(plan: Plan, ranges: list[dict[str, Any]], build_id: str) ->
                     "first_offset": r["first_offset"], "last_offset": last, "resume_offset": resume,
                     "applied_records": n, "applied_digest": d, "build_id": build_id,
                     "lineage": plan.lineages.get(r["cluster_id"], build_id)})
+    out += [{k: v for k, v in p.items() if k not in ("last_ms", "snapshots")} for p in plan.refreshed.values()]
+    for row in out:
+        m = plan.marks.get(row["cluster_id"], no_mark)
+        row.update(summary_row(bases[row["cluster_id"]]), landed_run=m.run, landed_files=m.files,
+                   landed_digest=m.digest)
     return out

@@ -21,8 +21,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.events import snapshot_times
+from kraftlog.spark.bases import TableSource
 from kraftlog.spark.predicates import Scope, of_clusters
-from kraftlog.spark.replay import TableSource
 from kraftlog.tables.definitions import catalog
 
 

@@ -17,10 +17,11 @@ from pyspark.sql import SparkSession
 from kraftlog.analytics.report import Period
 from kraftlog.config import Config
 from kraftlog.spark.analyze import analyze
-from kraftlog.spark.history import reconstruct, verify_tables
+from kraftlog.spark.history import reconstruct
 from kraftlog.spark.ingest import ingest
 from kraftlog.spark.reports import write_reports
 from kraftlog.spark.store import store_for
+from kraftlog.spark.verify import verify_tables
 from kraftlog.state.local import verify_lines
 from kraftlog.wire.discover import DataDir
 

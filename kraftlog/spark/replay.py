@@ -1,7 +1,6 @@
 """Replay at Spark scale: each cluster's records streamed through the one replayer (``kraftlog.state``).
 
-* **bases** (driver): per cluster, the last gap-free run of log offsets and the snapshots are
-  summarised in Spark; the few resulting rows go to the driver, which applies ``kraftlog.state.bases``;
+* **bases** (``kraftlog.spark.bases``): where each cluster's replay starts;
 * **stream**: the rows of the typed tables replay reads, each placed in the replay of its output
   cluster: the base snapshot's rows (in file order), then the log rows from the base on (in offset
   order), then an end mark. Rows are hash-partitioned by output cluster and sorted inside each
@@ -16,109 +15,28 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.events import valid_at
-from kraftlog.spark.predicates import of_clusters
+from kraftlog.spark.bases import ClusterBase, TableSource
 from kraftlog.spark.session import default_parallelism
 from kraftlog.spark.store import FILE_PART, StagedFile, TableStore
-from kraftlog.state.bases import Base, SnapshotRef, choose_base, parse_snapshot_id, snapshot_reach
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
 from kraftlog.state.history import Versions
 from kraftlog.state.replay import Event, Replayer
 from kraftlog.tables.definitions import RECORD_KEY, TableDef, catalog, columns_at, typed_specs
-from kraftlog.tables.rows import CORRUPT_BATCH
 from kraftlog.wire.files import paused_gc
 from kraftlog.wire.messages import Decoded
 
-TableSource = Callable[[str], DataFrame]  # a landed table by name (records, topic_record, ...)
-
 STATE, SNAPSHOT, LOG, END = -1, 0, 1, 2  # phases of one replay's stream, in order
 MAX_PROBLEMS = 100  # problems kept per replay_ranges row (a summary line counts the rest)
-
-
-@dataclass
-class ClusterBase:
-    """One replay: an output cluster id, the cluster whose rows it reads, its base and log range."""
-
-    cluster_id: str
-    source_cluster: str
-    base: Base
-    last: int | None  # last log offset (None: no log is applied, only the base snapshot)
-    last_ms: int | None = None  # time of the last log record
-    snapshots: list[SnapshotRef] = field(default_factory=list)
-    log_epochs: dict[int, int] = field(default_factory=dict)
-    resume_from: int | None = None  # go on from this offset, from the state the last build left (state rows)
-    carried: list[str] = field(default_factory=list)  # problems the last build found before resume_from
-
-    def reach(self, s: SnapshotRef) -> tuple[bool, str]:
-        return snapshot_reach(s, self.base, self.last, self.log_epochs)
-
-
-def cluster_bases(table: TableSource, clusters: list[str] | None = None) -> list[ClusterBase]:
-    """The base of replay of every cluster (or of ``clusters``)."""
-    log = table("records").filter(F.col("source") == "log")
-    snaps = table("records").filter(F.col("source") == "snapshot")
-    if clusters is not None:
-        log = log.filter(of_clusters(clusters))
-        snaps = snaps.filter(of_clusters(clusters))
-    w = Window.partitionBy("cluster_id").orderBy("log_offset")
-    prev = F.lag("log_offset").over(w)
-    runs = (log.select("cluster_id", "log_offset", "timestamp",
-                       (prev.isNull() | (F.col("log_offset") != prev + 1)).alias("gap"))
-            .groupBy("cluster_id")
-            .agg(F.max(F.when(F.col("gap"), F.col("log_offset"))).alias("start"), F.max("log_offset").alias("last"),
-                 F.max(F.unix_millis("timestamp")).alias("last_ms"))
-            .collect())
-    headers = (table("snapshot_header").filter(F.col("source") == "snapshot")
-               .groupBy("cluster_id", "snapshot_id").agg(F.max("last_contained_log_timestamp").alias("header_ts")))
-    # a snapshot with a record Kafka would not load (a corrupt batch, no header or footer) is no base
-    snap_rows = (snaps.groupBy("cluster_id", "snapshot_id")
-                 .agg(F.max("log_offset").alias("offset"), F.bool_or(F.col("status") == CORRUPT_BATCH).alias("bad"))
-                 .filter(~F.col("bad"))
-                 .join(headers, ["cluster_id", "snapshot_id"], "left")
-                 .join(log.select("cluster_id", F.col("log_offset").alias("offset"), "batch_epoch"),
-                       ["cluster_id", "offset"], "left")
-                 .collect())
-    by_cluster: dict[str, list[SnapshotRef]] = {}
-    log_epochs: dict[str, dict[int, int]] = {}
-    for r in snap_rows:
-        parsed = parse_snapshot_id(r["snapshot_id"])
-        if parsed is not None:
-            by_cluster.setdefault(r["cluster_id"], []).append(
-                SnapshotRef(r["snapshot_id"], r["offset"], parsed[1], r["header_ts"] or 0))
-        if r["batch_epoch"] is not None:
-            log_epochs.setdefault(r["cluster_id"], {})[r["offset"]] = r["batch_epoch"]
-    ranges = {r["cluster_id"]: (r["start"], r["last"], r["last_ms"]) for r in runs}
-    out = []
-    for cid in sorted(ranges.keys() | by_cluster.keys()):
-        start, last, last_ms = ranges.get(cid, (None, None, None))
-        snapshots = by_cluster.get(cid, [])
-        base = choose_base(start, last, snapshots, log_epochs.get(cid, {}))
-        out.append(ClusterBase(cid, cid, base, last, last_ms, snapshots, log_epochs.get(cid, {})))
-    return out
-
-
-def snapshot_bases(bases: list[ClusterBase]) -> list[ClusterBase]:
-    """One pseudo-cluster per snapshot that replay reaches: its contents alone, as a base (for verify)."""
-    out = []
-    for cb in bases:
-        for s in cb.snapshots:
-            if cb.reach(s)[0]:
-                out.append(ClusterBase(pseudo_cluster(cb.cluster_id, s.snapshot_id), cb.cluster_id,
-                                       Base(s, s.offset + 1), None))
-    return out
-
-
-def pseudo_cluster(cluster_id: str, snapshot_id: str) -> str:
-    return f"{cluster_id}@{snapshot_id}"
 
 
 # -- the stream ---------------------------------------------------------------------------------------------

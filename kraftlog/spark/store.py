@@ -683,10 +683,15 @@ def new_run_id() -> str:
 def warehouse_tables() -> dict[str, TableDef]:
     """Every table of a warehouse by name: landed (core and typed), histories and replay state, events."""
     from kraftlog.analytics.definitions import analyze_state_table, event_tables
-    from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
+    from kraftlog.state.entities import (
+        history_tables,
+        replay_ranges_table,
+        replay_state_table,
+        snapshot_checks_table,
+    )
 
     tables = [*catalog().all(), *history_tables().values(), replay_ranges_table(), replay_state_table(),
-              *event_tables().values(), analyze_state_table()]
+              snapshot_checks_table(), *event_tables().values(), analyze_state_table()]
     return {t.name: t for t in tables}
 
 

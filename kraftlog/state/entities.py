@@ -185,6 +185,32 @@ def replay_ranges_table() -> TableDef:
 
 
 @functools.cache
+def snapshot_checks_table() -> TableDef:
+    """Per snapshot: what ``verify`` found comparing the histories at its offset with its contents."""
+    schema = pa.schema([
+        col("cluster_id", pa.string(), "Cluster", nullable=False),
+        col("snapshot_id", pa.string(), "<endOffset>-<epoch>", nullable=False),
+        col("snapshot_offset", pa.int64(), "Offset the snapshot holds state as of"),
+        col("snapshot_digest", pa.int64(), "Digest of its landed records when checked (replay_state.snapshots)"),
+        col("lineage", pa.string(), "Lineage of the histories checked (replay_state.lineage): within a lineage the "
+            "state before the resume offset never changes, so the check stands"),
+        col("resume_offset", pa.int64(), "Resume offset of the histories checked"),
+        col("differences", pa.list_(pa.struct([
+            col("kind", pa.string(), "Entity kind"),
+            col("key", pa.string(), "The entity's key (JSON array)"),
+            col("field", pa.string(), "Field (<entity> where the entity exists on one side only)"),
+            col("histories", pa.string(), "Value in the histories at the snapshot's offset (JSON)"),
+            col("snapshot", pa.string(), "Value in the snapshot (JSON)")])),
+            "Every field that differs (empty: the histories agree with the snapshot)"),
+        col("build_id", pa.string(), "The verify run that checked it"),
+        col("checked_at", TS, "When"),
+    ])
+    return TableDef("snapshot_checks", schema, "Per snapshot the histories reach: the fields where the histories at "
+                    "its offset differ from its contents (kraftlog verify; a snapshot is checked once per lineage).",
+                    ("cluster_id", "snapshot_id"), (), "history")
+
+
+@functools.cache
 def replay_state_table() -> TableDef:
     """Per cluster: where the last history build stopped, so the next one can go on from there."""
     schema = pa.schema([
@@ -200,6 +226,22 @@ def replay_state_table() -> TableDef:
         col("build_id", pa.string(), "The history build that wrote this row"),
         col("lineage", pa.string(), "The build that last replayed the cluster from its base (builds going on keep "
             "it): histories of one lineage differ only from the resume offsets on"),
+        col("log_start", pa.int64(), "First offset of the last gap-free run of landed log offsets"),
+        col("last_timestamp", TS, "Time of the last landed log record"),
+        col("snapshots", pa.list_(pa.struct([
+            col("snapshot_id", pa.string(), "<endOffset>-<epoch>"),
+            col("offset", pa.int64(), "Offset the snapshot holds state as of"),
+            col("epoch", pa.int32(), "Epoch it was written in"),
+            col("header_timestamp", TS, "last_contained_log_timestamp of its header"),
+            col("log_epoch", pa.int32(), "Batch epoch of the landed log at its offset (null: none landed)"),
+            col("digest", pa.int64(), "Order-free digest of its landed records (position, value): a record "
+                "replaced by another copy changes it")])),
+            "The landed snapshots Kafka would load, where the next build chooses the base from"),
+        col("landed_run", pa.string(), "The cluster's greatest ingest run id in the ledger (files) when the build "
+            "ran: the next build reads only the rows of later runs"),
+        col("landed_files", pa.int64(), "Ledger rows of the cluster up to landed_run"),
+        col("landed_digest", pa.int64(), "Order-free digest of those ledger rows: when they changed since, the next "
+            "build reads every landed row of the cluster"),
     ])
     return TableDef("replay_state", schema, "Per cluster: where the entity histories stop and a digest of the "
                     "log they were built from (incremental builds).", ("cluster_id",), (), "history")
