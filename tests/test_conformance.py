@@ -15,7 +15,7 @@ from kafka_dump import parse_dump, reference_for
 
 from kraftlog.wire.discover import log_files
 from kraftlog.wire.files import read_file
-from kraftlog.wire.kafka_json import dumps, payload
+from kraftlog.wire.kafka_json import dumps, payload, payload_json
 
 pytestmark = pytest.mark.slow
 
@@ -54,6 +54,8 @@ def _compare_file(path: Path, ref_path: Path, stats: Counter[str]) -> list[str]:
                                 f"{(rr.offset, rr.timestamp)}")
             if (len(r.key) if r.key is not None else -1) != rr.key_size or len(r.value or b"") != rr.value_size:
                 problems.append(f"{where}: key/value sizes differ")
+            if payload_json(d) != dumps(payload(d)):  # the text the ingest lands (data_json), written directly
+                problems.append(f"{where}: data_json {payload_json(d)} != {dumps(payload(d))}")
             if rr.payload is not None:
                 mine = dumps({"type": d.type, "version": d.version, "data": payload(d)})
                 if mine != rr.payload:

@@ -12,7 +12,7 @@ from kraftlog.cli import main
 from kraftlog.schema.registry import load_schemas
 from kraftlog.wire.dump import DUMP_KEYS
 from kraftlog.wire.files import parse_meta_properties, parse_quorum_state, read_log
-from kraftlog.wire.kafka_json import payload
+from kraftlog.wire.kafka_json import dumps, payload, payload_json
 from kraftlog.wire.redact import REDACTED, default_redactor, fingerprint
 
 S = load_schemas()
@@ -45,6 +45,7 @@ def test_scram_secrets_are_redacted_and_named() -> None:
     assert red.redacted == ("salt", "stored_key", "server_key")
     assert payload(red) == {"name": "alice", "mechanism": 1, "salt": REDACTED, "storedKey": REDACTED,
                             "serverKey": REDACTED, "iterations": 4096}
+    assert payload_json(red) == dumps(payload(red))  # the text the ingest lands
     assert r.decoded.data["salt"] == b"s"  # the original is untouched
 
 
@@ -114,5 +115,6 @@ def test_delegation_token_ids_are_replaced_by_a_fingerprint() -> None:
         assert red.redacted == ("token_id",) and red.data["token_id"] == fingerprint(token)
         doc = payload(red)
         assert doc is not None and doc["tokenId"] == fingerprint(token) and token not in str(doc)
+        assert payload_json(red) == dumps(doc) and token not in str(payload_json(red))
         out.append(red.data["token_id"])
     assert out[0] != out[1]  # two tokens stay two entities in the histories

@@ -42,7 +42,7 @@ from kraftlog.wire.columns import DistinctValues, LogColumns, Value, read_column
 from kraftlog.wire.compression import CODEC_NAMES
 from kraftlog.wire.errors import KraftDecodeError
 from kraftlog.wire.files import BOOTSTRAP, SEGMENT, FileInfo, classify, decode_value, paused_gc
-from kraftlog.wire.kafka_json import dumps, payload
+from kraftlog.wire.kafka_json import payload_json
 from kraftlog.wire.messages import Decoded, MetadataCodec, default_codec
 from kraftlog.wire.redact import Redactor, default_redactor
 
@@ -358,7 +358,7 @@ class FileLander:
         status = d.status if not problems else CORRUPT_BATCH
         raw = status != "ok" and (ctl or d.api_key not in self.sensitive_keys)
         red = self.redactor(d) if d.data else d
-        data_json = "{}" if d.data == {} else (dumps(payload(red)) if d.data is not None else None)
+        data_json = "{}" if d.data == {} else payload_json(red)
         typed = self.cat.by_record_type.get(d.type) if status == "ok" else None  # type: ignore[arg-type]
         return Derived(ctl, d.api_key, d.type, d.version, status, _record_error(problems, d), data_json,
                        list(red.redacted) or None, key if raw else None, value if raw else None,
@@ -626,7 +626,7 @@ def record_json(d: Decoded, redactor: Redactor) -> str | None:
     """The redacted Kafka JSON of a decoded value."""
     if d.data is None:
         return None
-    return dumps(payload(redactor(d)))
+    return payload_json(redactor(d))
 
 
 def project(batch: pa.RecordBatch | pa.Table, table: TableDef, run_id: str) -> pa.Table:

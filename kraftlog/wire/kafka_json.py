@@ -14,10 +14,12 @@ from __future__ import annotations
 import base64
 import json
 import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from kraftlog.schema.model import FieldSpec, MessageSpec, StructSpec
+from kraftlog.schema.model import MessageSpec, StructSpec
 from kraftlog.wire.messages import Decoded
 from kraftlog.wire.redact import REDACTED
 
@@ -56,48 +58,124 @@ def dumps(obj: Any) -> str:
     if isinstance(obj, float):
         return java_double(obj)
     if isinstance(obj, str):
-        return json.dumps(obj, ensure_ascii=False)
+        return _quote(obj)
     if isinstance(obj, dict):
-        return "{" + ",".join(json.dumps(str(k), ensure_ascii=False) + ":" + dumps(v) for k, v in obj.items()) + "}"
+        return "{" + ",".join(_quote(str(k)) + ":" + dumps(v) for k, v in obj.items()) + "}"
     if isinstance(obj, list | tuple):
         return "[" + ",".join(dumps(v) for v in obj) + "]"
     if isinstance(obj, bytes | bytearray):
-        return dumps(base64.b64encode(obj).decode("ascii"))
+        return _quote(base64.b64encode(obj).decode("ascii"))
     raise TypeError(f"cannot render {type(obj).__name__} as JSON")
+
+
+_quote = json.encoder.encode_basestring  # json.dumps(str, ensure_ascii=False), without its dispatch
+PLAIN, FLOAT, BYTES, STRUCT = range(4)  # how a field's value is written
+
+
+@dataclass(frozen=True, slots=True)
+class _Out:
+    """One field as Kafka's JsonConverter writes it at one version: its key, column, whether it is left out at its
+    default (tagged), how its value is written, and the fields of its struct (a name is a schema identifier: its key
+    needs no escaping)."""
+
+    name: str  # the JSON key
+    key: str  # as written: '"name":'
+    column: str
+    tagged: bool
+    default: Any
+    kind: int
+    array: bool
+    struct: tuple[_Out, ...] = ()
+    text: Callable[[Any], str] = dumps  # a value (not null) as JSON text, chosen by the field's type
+
+
+_INTEGERS = frozenset({"int8", "int16", "uint16", "int32", "uint32", "int64"})
+
+
+def _int_list(value: list[int]) -> str:
+    return "[" + ",".join(map(str, value)) + "]"
+
+
+def _writer(f: _Out, element_type: str) -> Callable[[Any], str]:
+    """How a field's value (not null) is written: the type decides, once per field."""
+    if f.kind == STRUCT:
+        return (lambda v: "[" + ",".join(_text(f.struct, e) for e in v) + "]") if f.array \
+            else (lambda v: _text(f.struct, v))
+    if f.kind != PLAIN:
+        return lambda v: dumps(_value(f, v))
+    if element_type in _INTEGERS:
+        return _int_list if f.array else str
+    if element_type in ("string", "uuid") and not f.array:
+        return _quote
+    return dumps
+
+
+_PLANS: dict[tuple[int, str, int], tuple[MessageSpec, tuple[_Out, ...]]] = {}
+
+
+def _plan(spec: MessageSpec, struct: StructSpec, version: int) -> tuple[_Out, ...]:
+    """The fields of ``struct`` written at ``version``, in declaration order (computed once per struct and version)."""
+    key = (id(spec), struct.name, version)
+    found = _PLANS.get(key)
+    if found is None:
+        out = []
+        for f in struct.fields:
+            if not f.present_in(version):
+                continue
+            t = f.element_type
+            kind = STRUCT if f.is_struct else BYTES if t in ("bytes", "records") else FLOAT if t == "float64" \
+                else PLAIN
+            sub = _plan(spec, spec.struct_for(f), version) if kind == STRUCT else ()
+            field = _Out(f.json_name, f'"{f.json_name}":', f.column, f.tagged_in(version), f.default(), kind,
+                         f.is_array, sub)
+            out.append(replace(field, text=_writer(field, t)))
+        found = _PLANS[key] = (spec, tuple(out))  # (the spec kept alive: its id stays its own)
+    return found[1]
+
+
+def _fields(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, ...]
+            ) -> Iterator[tuple[_Out, Any, bool]]:
+    """The fields of ``plan`` written for ``data``: field, value, and whether it is a redacted identifier (which
+    keeps its fingerprint)."""
+    for f in plan:
+        if f.column not in data:
+            continue
+        value = data[f.column]
+        if f.column in redacted:
+            yield f, value if isinstance(value, str) else REDACTED, True
+        elif not (f.tagged and value == f.default):
+            yield f, value, False
+
+
+def _value(f: _Out, value: Any) -> Any:
+    if value is None:
+        return None
+    if f.kind == STRUCT:
+        return [_object(f.struct, v) for v in value] if f.array else _object(f.struct, value)
+    if f.kind == BYTES:
+        return [None if v is None else _b64(v) for v in value] if f.array else _b64(value)
+    if f.kind == FLOAT:
+        return [float(v) for v in value] if f.array else float(value)
+    return value
+
+
+def _object(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {f.name: value if kept else _value(f, value) for f, value, kept in _fields(plan, data, redacted)}
+
+
+def _text(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, ...] = ()) -> str:
+    return "{" + ",".join(f.key + (dumps(value) if kept or value is None else f.text(value))
+                          for f, value, kept in _fields(plan, data, redacted)) + "}"
+
+
+def _b64(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
 
 
 def struct_to_json(spec: MessageSpec, struct: StructSpec, version: int, data: dict[str, Any],
                    redacted: tuple[str, ...] = ()) -> dict[str, Any]:
     """One struct's fields as Kafka's JsonConverter writes them (a dict in output order)."""
-    out: dict[str, Any] = {}
-    for f in struct.fields:
-        if not f.present_in(version) or f.column not in data:
-            continue
-        value = data[f.column]
-        if f.column in redacted:  # a redacted identifier keeps its fingerprint
-            out[f.json_name] = value if isinstance(value, str) else REDACTED
-            continue
-        if f.tagged_in(version) and value == f.default():
-            continue
-        out[f.json_name] = _value_to_json(spec, f, version, value)
-    return out
-
-
-def _value_to_json(spec: MessageSpec, f: FieldSpec, version: int, value: Any) -> Any:
-    if value is None:
-        return None
-    if f.is_struct:
-        sub = spec.struct_for(f)
-        if f.is_array:
-            return [struct_to_json(spec, sub, version, v) for v in value]
-        return struct_to_json(spec, sub, version, value)
-    if f.element_type in ("bytes", "records"):
-        if f.is_array:
-            return [base64.b64encode(v).decode("ascii") if v is not None else None for v in value]
-        return base64.b64encode(value).decode("ascii")
-    if f.element_type == "float64":
-        return [float(v) for v in value] if f.is_array else float(value)
-    return value
+    return _object(_plan(spec, struct, version), data, redacted)
 
 
 def payload(decoded: Decoded) -> dict[str, Any] | None:
@@ -108,6 +186,15 @@ def payload(decoded: Decoded) -> dict[str, Any] | None:
     if spec is None:  # values without a schema (EndTxnMarker): keys are already final
         return {_camel(k): v for k, v in decoded.data.items()}
     return struct_to_json(spec, spec.body, decoded.version or 0, decoded.data, decoded.redacted)
+
+
+def payload_json(decoded: Decoded) -> str | None:
+    """``dumps(payload(decoded))``, written straight from the decoded value (no dict in between)."""
+    spec = decoded.spec
+    if decoded.data is None or spec is None:
+        p = payload(decoded)
+        return None if p is None else dumps(p)
+    return _text(_plan(spec, spec.body, decoded.version or 0), decoded.data, decoded.redacted)
 
 
 def _camel(column: str) -> str:
