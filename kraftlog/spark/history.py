@@ -121,13 +121,16 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
         clusters = None
     source = landed(store)
     plan = plan_build(spark, store, source, clusters, full)
+    t_plan = time.time()
     log.info("reconstruct: %d cluster(s) go on from their last build, %d replayed from their base, %d unchanged, "
              "%d gone", len(plan.resumed), len(plan.rebuilt), len(plan.unchanged), len(plan.gone))
     rows = {t.name: 0 for t in output_tables()}
     everything = clusters is None and plan.from_scratch  # every table replaced in one commit each
     done: list[dict[str, Any]] = []
+    t_replay = t_plan
     if plan.run or plan.gone or everything:
         files = replay(spark, store, source, plan.run, build_id, state=plan.state)
+        t_replay = time.time()
         ranges = replay_ranges_table()
         for t in output_tables():
             mine = [f for f in files if f.table == t.name]
@@ -141,6 +144,8 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
                         None if everything else plan.cluster_where(refreshed=True))
     for name, n in rows.items():
         log.info("%s: %d rows", name, n)
+    log.info("phases: plan %.1f s, replay %.1f s, commit %.1f s", t_plan - t0, t_replay - t_plan,
+             time.time() - t_replay)
     return ReconstructResult(build_id, len(plan.run), rows, time.time() - t0, len(plan.resumed), len(plan.unchanged),
                              len(plan.read_whole))
 

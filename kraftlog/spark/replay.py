@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 
 from kraftlog.analytics.events import valid_at
 from kraftlog.spark.bases import ClusterBase, TableSource
+from kraftlog.spark.predicates import Scope, of_clusters
 from kraftlog.spark.session import default_parallelism
 from kraftlog.spark.store import FILE_PART, StagedFile, TableStore
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
@@ -68,7 +69,8 @@ def _typed_rows(table: TableSource, source: _Source) -> DataFrame:
     data = sorted({c for cols in source.columns_at.values() for c in cols})
     df = table(source.table)
     if source.record_type in Replayer.HASHED:  # the replay keeps a fingerprint of the record
-        recs = table("records").select(*[F.col(c).alias(f"_r_{c}") for c in RECORD_KEY], "value_hash")
+        recs = table("records").filter(F.col("record_type") == source.record_type).select(
+            *[F.col(c).alias(f"_r_{c}") for c in RECORD_KEY], "value_hash")
         df = df.join(recs, [df[c].eqNullSafe(recs[f"_r_{c}"]) for c in RECORD_KEY]).drop(
             *[f"_r_{c}" for c in RECORD_KEY])
     else:
@@ -91,9 +93,11 @@ def state_rows(histories: dict[str, DataFrame], resume: dict[str, int]) -> DataF
     spark = next(iter(histories.values())).sparkSession
     cut = F.broadcast(spark.createDataFrame(list(resume.items()), "cluster_id string, _resume long"))
     held = valid_at(F.col("_resume") - 1)  # the versions holding just before it
+    # (what Parquet can skip by first: versions ended before the cut, in the files of closed versions)
+    ending = Scope.of([], resume, "valid_to_offset", open=True)
     for kind, df in histories.items():
         k = BY_NAME[kind]
-        part = (df.join(cut, "cluster_id").filter(held)
+        part = (ending.select(df).join(cut, "cluster_id").filter(held)
                 .select(F.col("cluster_id").alias("_out"), F.col("valid_from_offset").alias("log_offset"),
                         F.unix_millis("valid_from").alias("_ms"), F.lit(kind).alias("record_type"),
                         F.to_json(F.struct(*k.key_names, *k.value_names), {"ignoreNullFields": "false"}).alias("_data"),
@@ -117,17 +121,24 @@ def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], so
                 for b in bases if b.last is not None]
     out = spark.createDataFrame([(b.cluster_id,) for b in bases], "_out string").select(
         "_out", F.lit(END).alias("_phase"), F.lit(0).cast("long").alias("_seq"))
+    # each typed table is read only where replay reads it (Parquet skips the rest by its statistics): the base
+    # snapshots, and each cluster's log from where its replay starts
     if snap_plan:
         plan = spark.createDataFrame(snap_plan, "cluster_id string, snapshot_id string, _out string")
+        snaps = rows.filter((F.col("source") == "snapshot") & of_clusters(sorted({c for c, _, _ in snap_plan}))
+                            & of_clusters(sorted({s for _, s, _ in snap_plan}), "snapshot_id"))
         out = out.unionByName(
-            rows.filter(F.col("source") == "snapshot").join(F.broadcast(plan), ["cluster_id", "snapshot_id"])
+            snaps.join(F.broadcast(plan), ["cluster_id", "snapshot_id"])
             .select(*STREAM, F.lit(SNAPSHOT).alias("_phase"), F.col("snapshot_seq").alias("_seq")),
             allowMissingColumns=True)
     if log_plan:
         plan = spark.createDataFrame(log_plan, "cluster_id string, _first long, _out string")
+        firsts: dict[str, int] = {}
+        for c, first, _ in log_plan:
+            firsts[c] = min(first, firsts.get(c, first))
+        log = Scope.of([], firsts, "log_offset").select(rows.filter(F.col("source") == "log"))
         out = out.unionByName(
-            rows.filter(F.col("source") == "log").join(F.broadcast(plan), "cluster_id")
-            .filter(F.col("log_offset") >= F.col("_first"))
+            log.join(F.broadcast(plan), "cluster_id").filter(F.col("log_offset") >= F.col("_first"))
             .select(*STREAM, F.lit(LOG).alias("_phase"), F.col("log_offset").alias("_seq")),
             allowMissingColumns=True)
     if state is not None:
