@@ -511,6 +511,23 @@ def test_each_cluster_is_read_whole_by_one_task_without_a_shuffle(spark: Any, tm
         assert sum(1 for p in files if files[p] in clusters) == len(part)
 
 
+def test_a_batch_of_file_contents_holds_one_big_file_or_a_few_small_ones(tmp_path: Path, monkeypatch: Any) -> None:
+    """A task holds a batch's contents at once: a batch never passes ``BYTES_PER_BATCH`` but for a file bigger on its
+    own, so a task's memory follows its biggest file, not how many files its cluster has."""
+    import kraftlog.spark.inputs as inputs
+    from kraftlog.storage import Storage
+
+    monkeypatch.setattr(inputs, "BYTES_PER_BATCH", 1000)
+    sizes = [300, 300, 300, 2500, 300, 900, 200, 100, 50, 50, 50, 50, 50, 50, 50]
+    specs = []
+    for i, n in enumerate(sizes):
+        f = tmp_path / f"{i:02d}.log"
+        f.write_bytes(bytes(n))
+        specs.append(inputs.FileSpec(f"file:{f}", n, 0))
+    batches = [[len(c) for c in b.column("content").to_pylist()] for b in inputs.read_contents(specs, Storage())]
+    assert batches == [[300, 300, 300], [2500], [300], [900], [200, 100, 50, 50, 50, 50, 50, 50], [50]]
+
+
 def test_a_new_cluster_too_big_to_decide_at_once_is_planned_from_its_headers_to_the_same_rows(
         spark: Any, scenario: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A new cluster's files are decided together in one task only up to ``TOGETHER_BYTES`` (that task holds all

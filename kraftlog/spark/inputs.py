@@ -26,8 +26,10 @@ from kraftlog.wire.files import MetaProperties, parse_meta_properties
 
 # the rows a task's reader yields: what Spark's binaryFile source gives, read by pyarrow
 CONTENTS = pa.schema([("path", pa.string()), ("modificationTime", pa.int64()), ("content", pa.binary())])
+# a batch holds a few small files, or one big one: its contents are in memory at once (and copied on their way to
+# the reader), so a task's memory follows its biggest file, not how many of them it reads
 FILES_PER_BATCH = 8
-BYTES_PER_BATCH = 128 << 20
+BYTES_PER_BATCH = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,19 +70,20 @@ class FileGroups:
 
 
 def read_contents(files: Iterable[FileSpec], storage: Storage) -> Iterator[pa.RecordBatch]:
-    """``CONTENTS`` batches of ``files``; a file removed since it was listed (retention) is left out."""
+    """``CONTENTS`` batches of ``files``, each of at most ``FILES_PER_BATCH`` files and ``BYTES_PER_BATCH`` bytes unless
+    a single file is bigger; a file removed since it was listed (retention) is left out."""
     rows: list[tuple[str, int, bytes]] = []
     size = 0
     for f in files:
+        if rows and (len(rows) >= FILES_PER_BATCH or size + f.size > BYTES_PER_BATCH):
+            yield _batch(rows)
+            rows, size = [], 0
         try:
             data = storage.read_bytes(f.path)
         except FileNotFoundError:
             continue
         rows.append((f.path, f.mtime_ms * 1000, data))
         size += len(data)
-        if len(rows) >= FILES_PER_BATCH or size >= BYTES_PER_BATCH:
-            yield _batch(rows)
-            rows, size = [], 0
     if rows:
         yield _batch(rows)
 

@@ -47,6 +47,7 @@ from kraftlog.wire.messages import Decoded, MetadataCodec, default_codec
 from kraftlog.wire.redact import Redactor, default_redactor
 
 MAX_ERRORS_KEPT = 20
+RELEASE_BYTES = 8 << 20  # after a file this big, Arrow's memory pool returns its unused memory to the system
 CORRUPT_BATCH = "corrupt_batch"  # status of records read from a batch whose CRC or framing failed
 EVERY_OFFSET = (-(1 << 63), (1 << 63) - 1)  # the range of offsets that holds them all
 
@@ -286,6 +287,8 @@ class FileLander:
                 continue  # changed since the plan: the next run takes it
             cols = (columns or {}).get(ref.file_id) or read_columns(ref.content, ref.path)
             yield from self._file(ref, keep, content_sha256, cols, rows_per_chunk)
+            if len(ref.content) >= RELEASE_BYTES:  # Arrow's allocator keeps what a big file freed: give it back,
+                pa.default_memory_pool().release_unused()  # so a task's memory follows one file, not the last few
 
     def flush(self) -> Iterator[dict[str, pa.Table]]:
         """The rows waiting in the current chunk."""
