@@ -37,8 +37,9 @@ run: $(STAMP)
 
 ## decoder rate vs. the framing floor (one core); ingest and history build on local[2] (corpus, 10x corpus);
 ## the pipeline's wall time on each deployment path (local, S3, standalone cluster, Spark Connect); the pipeline on
-## a generated big cluster (1x and 4x) and the 10x corpus, full and an hourly increment (bench_fleet); an hourly
-## analyze of a quiet cluster with 100 and 400 hours of history (bench_quiet)
+## a generated big cluster (1x and 4x) and the 10x corpus, full and an hourly increment (bench_fleet); the hourly run
+## (ingest, reconstruct, verify, analyze) of a quiet cluster with a snapshot an hour, at 100 and 400 hours of history
+## (bench_quiet)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_decode.py --json out/bench-decode.json
 	$(BIN)/python benchmarks/bench_ingest.py --json out/bench-ingest.json

@@ -13,6 +13,7 @@ and every snapshot is checked; nothing is kept.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,6 +43,8 @@ from kraftlog.spark.store import TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import snapshot_checks_table
 from kraftlog.state.local import Difference, SnapshotCheck, VerifyReport
 
+log = logging.getLogger("kraftlog")
+
 Checked = dict[tuple[str, str], list[Difference]]  # (cluster, snapshot id) -> what differs
 
 
@@ -68,6 +71,8 @@ def verify_tables(spark: SparkSession, config: Config, store: TableStore | None 
         kept = Standing() if full else standing(store, plan.bases, plan.previous, clusters)
         fresh = [b for b in snapshot_bases(plan.bases)
                  if b.base.snapshot is not None and (b.source_cluster, b.base.snapshot.snapshot_id) not in kept.checks]
+        log.info("verify: %d snapshot(s) to replay, %d kept checks stand, %d no longer do", len(fresh),
+                 len(kept.checks), kept.dropped)
         build = HistoryBuild(fresh, store, build_id, replay(spark, store, source, fresh, build_id, scratch=True))
         try:
             report = compare_snapshots(spark, plan.bases, read_histories(store), build.histories, kept.checks)
