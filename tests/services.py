@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -231,3 +232,30 @@ def connect_server(work: Path, master: str = "local[2]") -> Iterator[str]:
         yield f"sc://127.0.0.1:{port}"
     finally:
         _stop([proc])
+
+
+def copy_upto(source: Path, dest: Path, end: int, skip: tuple[str, ...] = (), ends: Mapping[str, int] | None = None
+              ) -> Path:
+    """``source``'s data directories in ``dest`` as they were when the log ended at offset ``end`` (exclusive; in
+    the data directories named in ``ends``, at their own offset): later batches cut off, later segments and
+    snapshots absent; files named in ``skip`` left out."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(source, dest)
+    for f in sorted(dest.rglob("__cluster_metadata-0/*")):
+        if f.suffix not in (".log", ".checkpoint"):
+            continue
+        stop = (ends or {}).get(f.parent.parent.name, end)
+        start = int(f.name.split(".")[0].split("-")[0])
+        if f.name in skip or (f.suffix == ".checkpoint" and start > stop) or (f.suffix == ".log" and start >= stop):
+            f.unlink()
+        elif f.suffix == ".log":
+            data = f.read_bytes()
+            pos = 0
+            while pos + 12 <= len(data):
+                base, length = struct.unpack_from(">qi", data, pos)
+                if base >= stop:
+                    break
+                pos += 12 + length
+            f.write_bytes(data[:pos])
+    return dest

@@ -35,6 +35,16 @@ def _both(data: bytes) -> tuple[LogColumns, LogColumns]:
     return read_columns(data, "f.log"), read_columns(data, "f.log", vectorized=False)
 
 
+def _same_summary(data: bytes, path: str = "f.log") -> None:
+    """The ingest's file summary from the headers gathered at once equals the one from the batch-by-batch walk."""
+    from kraftlog.tables import rows
+
+    fast = rows.summarize(path, data, len(data) // 2)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(rows, "framed_headers", lambda _: None)
+        assert fast == rows.summarize(path, data, len(data) // 2)
+
+
 def _well_formed() -> bytes:
     """What real logs hold: one NoOp per batch, batches of many records, keys, nulls, log-append time."""
     out = b"".join(batch(i, [record(0, NOOP, timestamp_delta=0)], epoch=3, base_timestamp=1_700_000_000_000 + i)
@@ -51,6 +61,7 @@ def test_well_formed_files_are_walked_vectorized_and_equal_the_reference() -> No
     fast, ref = _both(_well_formed())
     assert fast.vectorized and not ref.vectorized
     _equal(fast, ref)
+    _same_summary(_well_formed())
     assert len(fast.offset) == 309 and fast.offset.tolist() == list(range(309))
     assert fast.records_read.tolist() == [1, 1, 1, 1, 300, 1, 3, 1]
     assert fast.timestamp[305:308].tolist() == [1_800_000_000_000] * 3
@@ -75,6 +86,7 @@ def test_irregular_files_go_through_the_reference_walker(damage: str) -> None:
     }[damage]
     fast, ref = _both(data)
     _equal(fast, ref)
+    _same_summary(data)
     if damage != "empty_batch":
         assert not fast.vectorized
 
@@ -90,5 +102,6 @@ def test_every_corpus_and_scenario_file_reads_the_same_both_ways() -> None:
         data = Path(path).read_bytes()
         fast, ref = read_columns(data, str(path)), read_columns(data, str(path), vectorized=False)
         _equal(fast, ref)
+        _same_summary(data, str(path))
         vectorized += fast.vectorized
     assert vectorized >= len(files) * 0.9  # real logs are well-formed: nearly all take the vectorized walk

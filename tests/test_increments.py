@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import struct
-from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +16,7 @@ from deltalake import DeltaTable
 from history_gen import GenCluster, clusters, write_cluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from services import arrow_rows, table_rows
+from services import arrow_rows, copy_upto, table_rows
 
 from kraftlog.analytics.definitions import WINDOW, event_tables, increment_of
 from kraftlog.config import Config
@@ -35,33 +34,6 @@ pytestmark = pytest.mark.spark
 CLUSTER = "T4vFxmI9RFCnFwCmltnwag"  # the sample's
 BUILT = [*(t.name for t in history_tables().values()), "replay_ranges", "replay_state", *event_tables(),
          "analyze_state"]
-
-
-def copy_upto(source: Path, dest: Path, end: int, skip: tuple[str, ...] = (), ends: Mapping[str, int] | None = None
-              ) -> Path:
-    """``source``'s data directories in ``dest`` as they were when the log ended at offset ``end`` (exclusive; in
-    the data directories named in ``ends``, at their own offset): later batches cut off, later segments and
-    snapshots absent; files named in ``skip`` left out."""
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(source, dest)
-    for f in sorted(dest.rglob("__cluster_metadata-0/*")):
-        if f.suffix not in (".log", ".checkpoint"):
-            continue
-        stop = (ends or {}).get(f.parent.parent.name, end)
-        start = int(f.name.split(".")[0].split("-")[0])
-        if f.name in skip or (f.suffix == ".checkpoint" and start > stop) or (f.suffix == ".log" and start >= stop):
-            f.unlink()
-        elif f.suffix == ".log":
-            data = f.read_bytes()
-            pos = 0
-            while pos + 12 <= len(data):
-                base, length = struct.unpack_from(">qi", data, pos)
-                if base >= stop:
-                    break
-                pos += 12 + length
-            f.write_bytes(data[:pos])
-    return dest
 
 
 def land_and_build(spark: Any, inputs: Path, wh: Path, full: bool = False) -> ReconstructResult:

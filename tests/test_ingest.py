@@ -267,6 +267,51 @@ def test_a_grown_active_segment_and_a_new_segment_add_only_the_new_records(spark
     assert sum(1 for f, _ in pairs if f.endswith(last.name)) == len(read_file(last).batches)
 
 
+def test_active_segments_growing_on_every_node_land_as_the_whole_log_at_once(spark: Any, tmp_path: Path) -> None:
+    """The hourly case: the active segment grows on all six nodes and new snapshots land on each. Every landed table
+    equals landing the end at once, and the choice among copies reads only past what each segment had (the records
+    of its prefix took part in an earlier run's choice)."""
+    from services import copy_upto, table_rows
+
+    hourly, once, inputs = tmp_path / "hourly", tmp_path / "once", tmp_path / "in"
+    runs = [_run(spark, [copy_upto(SAMPLE, inputs, end)], hourly) for end in (1850, 1900, 1 << 40)]
+    last = runs[-1]
+    snapshot_records = sum(read_file(p).record_count for p in inputs.rglob("0*.checkpoint")
+                           if int(p.name.split("-")[0]) > 1900)
+    segment = read_file(next(inputs.rglob("00000000000000001818.log"))).record_count  # every node's active one
+    # the choice read exactly the log records new since (each new snapshot is on one node: it lands unopposed), not
+    # the segments' prefixes (176 records)
+    assert 0 < last.chosen == last.rows_added - snapshot_records < segment
+    _run(spark, [SAMPLE], once)
+    cat = catalog()
+    for t in [*cat.core.values(), *cat.typed.values()]:
+        if t.name not in ("runs", "files"):  # what each run did and read, not what landed
+            assert table_rows(str(hourly / t.name)) == table_rows(str(once / t.name)), t.name
+
+
+def test_the_landed_rows_a_run_compares_its_winners_with(spark: Any) -> None:
+    """Of a cluster whose competing files are all grown segments, the log records past the lowest offset already
+    decided and the competing snapshots' records; of a cluster with a new or rewritten segment, every record; of a
+    cluster where only snapshots compete, their records alone."""
+    from kraftlog.spark.ingest import winners_may_meet
+
+    rows = [(c, s, o) for c in "abc" for s, o in [(None, 5), (None, 50), ("00000000000000000040-0000000001", 3),
+                                                    ("00000000000000000090-0000000002", 7)]]
+    landed = spark.createDataFrame(rows, "cluster_id string, snapshot_id string, log_offset long")
+    files = {"/n1/__cluster_metadata-0/00000000000000000000.log": "a",  # grown, decided up to 20
+             "/n2/__cluster_metadata-0/00000000000000000000.log": "a",  # grown, decided up to 30
+             "/n1/__cluster_metadata-0/00000000000000000090-0000000002.checkpoint": "a",
+             "/n1/__cluster_metadata-0/00000000000000000012.log": "b",  # new: read whole
+             "/n2/__cluster_metadata-0/00000000000000000040-0000000001.checkpoint": "c"}
+    decided = {"/n1/__cluster_metadata-0/00000000000000000000.log": 20,
+               "/n2/__cluster_metadata-0/00000000000000000000.log": 30}
+    kept = landed.filter(winners_may_meet(sorted(files), files, decided)).collect()
+    assert {(r.cluster_id, r.snapshot_id, r.log_offset) for r in kept} == {
+        ("a", None, 50), ("a", "00000000000000000090-0000000002", 7), *(r for r in rows if r[0] == "b"),
+        ("c", "00000000000000000040-0000000001", 3)}
+    assert landed.filter(winners_may_meet([], {}, {})).count() == 0
+
+
 def read_file_prefix(data: bytes, name: str) -> Any:
     from kraftlog.wire.files import read_log
 

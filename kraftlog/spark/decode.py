@@ -77,20 +77,22 @@ class ClusterBuffer:
 
 
 def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity, int]], files: list[FileSpec],
-                  storage: Storage, dest: str) -> Choices:
+                  storage: Storage, dest: str, decided: Mapping[str, int] | None = None) -> Choices:
     """Pass 1 (competing files ``identities``): the canonical copy of each record, one call per cluster.
 
     Each cluster's files are read by one task (no shuffle) and decided together
-    (``kraftlog.tables.copies.choose``). The divergence rows go under ``dest/divergence`` and the winning
-    copies' INDEX rows under ``dest/index`` (Parquet), to be compared with landed rows.
+    (``kraftlog.tables.copies.choose``; ``decided``: per grown segment, the log offset up to which earlier runs
+    chose among its copies). The divergence rows go under ``dest/divergence`` and the winning copies' INDEX rows
+    under ``dest/index`` (Parquet), to be compared with landed rows.
     """
+    decided = dict(decided or {})
     from kraftlog.spark.store import write_parquet
     from kraftlog.tables.copies import choose
 
     expected = Counter(ident.cluster_id for ident, _ in identities.values())
 
     def decide(files: list[FileRef]) -> pa.RecordBatch:
-        choice = choose(files)
+        choice = choose(files, decided={f.file_id: decided[f.path] for f in files if f.path in decided})
         if choice.divergence.num_rows:
             write_parquet("divergence", dest + "/divergence", choice.divergence, storage)
         winners = choice.winners

@@ -21,6 +21,7 @@ Every table is written exactly once per run, and a run killed at any point is co
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -57,6 +58,7 @@ from kraftlog.tables.definitions import Catalog, catalog
 from kraftlog.tables.rows import INDEX, FileIdentity, KeepSpec, file_layout
 from kraftlog.wire.columns import read_columns
 from kraftlog.wire.discover import DataDir, find_data_dirs
+from kraftlog.wire.files import SEGMENT
 
 log = logging.getLogger("kraftlog")
 
@@ -78,6 +80,7 @@ class IngestResult:
     divergent: int = 0
     errors: int = 0
     identity_conflicts: int = 0  # files whose cluster or node is in doubt (see their ledger errors)
+    chosen: int = 0  # records whose copies were chosen among (a grown segment's only past what it had)
     seconds: float = 0.0
     recovered: list[str] = field(default_factory=list)
     table_rows: dict[str, int] = field(default_factory=dict)
@@ -269,26 +272,38 @@ def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, ord
         base = {p: KeepSpec((), _min_position(by_path[p]), sha256=by_path[p].sha256) for p in plan.contested}
         rewritten = [p for p in plan.contested if p in latest and not by_path[p].prefix_unchanged]
         keep.update(_decide(spark, store, cat, base, ids, [todo[p].spec(p) for p in base], landed_clusters,
-                            rewritten, manifest, result))
+                            rewritten, manifest, result, decided_upto([by_path[p] for p in plan.contested])))
     return keep
+
+
+def decided_upto(contested: list[PlannedFile]) -> dict[str, int]:
+    """Per competing segment grown from what earlier runs ingested of it (the hourly case: each node's active segment
+    grew), the last log offset those runs ingested of it: its copies up to there were chosen among then."""
+    return {f.path: f.previous_last_offset for f in contested
+            if f.kind == "segment" and f.prefix_unchanged and f.previous_last_offset is not None}
 
 
 def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str, KeepSpec],
             ids: dict[str, tuple[FileIdentity, int]], files: list[FileSpec], landed_clusters: set[str],
-            rewritten: list[str], manifest: Manifest, result: IngestResult) -> dict[str, KeepSpec]:
+            rewritten: list[str], manifest: Manifest, result: IngestResult, decided: dict[str, int] | None = None
+            ) -> dict[str, KeepSpec]:
     """Record-level choice for the competing files ``base`` (what each lands so far): divergence, replaced
     rows, and the records each file lands.
 
     Each cluster's files are decided together on an executor (``stage_choices``). Where the ledger
     holds files of those clusters (``landed_clusters``), the winners are then compared with the landed
     rows (``against_existing``). ``rewritten``: files rewritten in place since an earlier run landed them.
+    ``decided`` (``decided_upto``): per grown segment, the offset its choice goes on from; where every competing
+    file of a cluster is such a segment, only the landed rows past the lowest of them are read.
     """
+    decided = decided or {}
     run_id = manifest.run_id
     staging = store.warehouse.rstrip("/") + f"/_kraftlog/staging/{run_id}"
     contested = sorted(base)
     result.files_contested += len(contested)
     clusters = sorted({ids[p][0].cluster_id for p in contested})
-    choices = stage_choices(spark, {p: ids[p] for p in contested}, files, store.storage, staging)
+    choices = stage_choices(spark, {p: ids[p] for p in contested}, files, store.storage, staging, decided)
+    result.chosen += choices.winners
     div = cat.core["divergence"]
     divergence = store.read_parquet(store.parquet_files(staging + "/divergence"),
                                     from_arrow_schema(DIVERGENCE_SOURCE)) if choices.divergent else None
@@ -296,7 +311,8 @@ def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str
     if landed_clusters & set(clusters) and choices.winners:  # the winners meet the rows landed before
         paths = path_map({i: p for p, (_, i) in ids.items() if p in base})
         winners = store.read_parquet(store.parquet_files(staging + "/index"), from_arrow_schema(INDEX))
-        existing = store.read(cat.core["records"]).filter(of_clusters(clusters)).select(
+        existing = store.read(cat.core["records"]).filter(
+            winners_may_meet(contested, {p: ident.cluster_id for p, (ident, _) in ids.items()}, decided)).select(
             "cluster_id", "snapshot_id", "log_offset", "snapshot_seq", "value_hash", "batch_epoch", "node_id",
             "file", "record_type", "timestamp", "data_json", "is_control", "api_key", "status")
         to_append, replace_keys, old_divergence = against_existing(winners.drop("key", "value"), existing, paths,
@@ -325,6 +341,31 @@ def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str
              manifest.rows("divergence"), sum(1 for _ in manifest.deletes))
     result.phase("decide")
     return keep
+
+
+def winners_may_meet(files: list[str], cluster_of: dict[str, str], decided: dict[str, int]) -> Column:
+    """The landed records this run's winners among ``files`` can be copies of: of a cluster all of whose competing
+    segments are grown (``decided``), its log records past the lowest offset decided and the records of the
+    snapshots competing; of any other cluster, every record."""
+    floors: dict[str, int] = {}
+    whole: set[str] = set()
+    snapshots: dict[str, set[str]] = {}
+    for p in files:
+        c, (info, snapshot_id, _, _) = cluster_of[p], file_layout(p)
+        if p in decided:
+            floors[c] = min(floors.get(c, decided[p]), decided[p])
+        elif info.kind == SEGMENT or snapshot_id is None:
+            whole.add(c)
+        else:
+            snapshots.setdefault(c, set()).add(snapshot_id)
+    parts = [of_clusters(sorted(whole))] if whole else []
+    cut = sorted(set(floors) - whole)
+    if cut:
+        parts.append(of_clusters(cut) & F.col("snapshot_id").isNull()
+                     & (F.col("log_offset") > min(floors[c] for c in cut)))
+    parts += [of_clusters([c]) & of_clusters(sorted(snapshots[c]), "snapshot_id")
+              for c in sorted(set(snapshots) - whole)]
+    return functools.reduce(lambda a, b: a | b, parts) if parts else F.lit(False)
 
 
 def _min_position(f: PlannedFile) -> int:

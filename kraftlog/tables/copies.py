@@ -109,12 +109,18 @@ class Choice:
         return self.index.filter(pa.array(self.wins))
 
 
-def choose(files: list[FileRef], indexer: FileIndexer | None = None) -> Choice:
-    """The canonical copy of every record of ``files`` (the competing files of one cluster)."""
+def choose(files: list[FileRef], indexer: FileIndexer | None = None, decided: Mapping[int, int] | None = None
+           ) -> Choice:
+    """The canonical copy of every record of ``files`` (the competing files of one cluster).
+
+    ``decided``: per file id of a segment that grew from what an earlier run ingested of it, the last log offset
+    that run ingested: its records up to there are left out. They took part in that run's choice, and what landed
+    then is what this run's winners meet (``transforms.against_existing``), with the same order of copies."""
     indexer = indexer or FileIndexer()
+    decided = decided or {}
     columns = {f.file_id: read_columns(f.content, f.path) for f in files}
-    index = pa.concat_tables([indexer.file_rows(f, columns[f.file_id]) for f in files]) if files \
-        else INDEX.empty_table()
+    index = pa.concat_tables([indexer.file_rows(f, columns[f.file_id], after=decided.get(f.file_id))
+                              for f in files]) if files else INDEX.empty_table()
     n = index.num_rows
     file_id = index["file_id"].to_numpy()
     position = pc.coalesce(index["snapshot_seq"], index["log_offset"]).to_numpy()

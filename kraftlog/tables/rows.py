@@ -38,7 +38,7 @@ from kraftlog.wire.batches import (
     iter_batches,
 )
 from kraftlog.wire.codegen import UNKNOWN_TAGS
-from kraftlog.wire.columns import DistinctValues, LogColumns, Value, read_columns
+from kraftlog.wire.columns import DistinctValues, LogColumns, Value, framed_headers, read_columns
 from kraftlog.wire.compression import CODEC_NAMES
 from kraftlog.wire.errors import KraftDecodeError
 from kraftlog.wire.files import BOOTSTRAP, SEGMENT, FileInfo, classify, decode_value, paused_gc
@@ -131,20 +131,33 @@ SUMMARY = pa.schema([
 
 
 def summarize(path: str, content: bytes, prefix_size: int | None) -> dict[str, Any]:
-    """Batch-header summary of a file; ``prefix_sha256`` covers its first ``prefix_size`` bytes."""
+    """Batch-header summary of a file; ``prefix_sha256`` covers its first ``prefix_size`` bytes.
+
+    A file whose framing holds is summarised from its headers gathered at once (``framed_headers``: a quiet
+    cluster's segment holds a batch per NoOp, millions of them); any other is walked batch by batch, counting its
+    framing problems."""
     first = last = None
     lo = hi = None
     n = problems = 0
-    for b in iter_batches(content, path, verify_crc=False, parse_records=False):
-        if isinstance(b, KraftDecodeError):
-            problems += 1
-            continue
-        n += 1
-        first = b.base_offset if first is None else min(first, b.base_offset)
-        last = b.last_offset if last is None else max(last, b.last_offset)
-        e = b.partition_leader_epoch
-        lo = e if lo is None else min(lo, e)
-        hi = e if hi is None else max(hi, e)
+    h = framed_headers(content)
+    if h is not None:
+        n = len(h)
+        if n:
+            base = h["base_offset"].astype(np.int64)
+            epochs = h["partition_leader_epoch"].astype(np.int64)
+            first, last = int(base.min()), int((base + h["last_offset_delta"].astype(np.int64)).max())
+            lo, hi = int(epochs.min()), int(epochs.max())
+    else:
+        for b in iter_batches(content, path, verify_crc=False, parse_records=False):
+            if isinstance(b, KraftDecodeError):
+                problems += 1
+                continue
+            n += 1
+            first = b.base_offset if first is None else min(first, b.base_offset)
+            last = b.last_offset if last is None else max(last, b.last_offset)
+            e = b.partition_leader_epoch
+            lo = e if lo is None else min(lo, e)
+            hi = e if hi is None else max(hi, e)
     prefix = None
     if prefix_size is not None and prefix_size <= len(content):
         prefix = hashlib.sha256(memoryview(content)[:prefix_size]).hexdigest()
@@ -169,13 +182,17 @@ class FileIndexer:
     def __init__(self) -> None:
         self.hash = _Hasher()
 
-    def file_rows(self, f: FileRef, cols: LogColumns | None = None) -> pa.Table:
-        """The INDEX rows of one file (``cols``: the file already read column-wise)."""
+    def file_rows(self, f: FileRef, cols: LogColumns | None = None, after: int | None = None) -> pa.Table:
+        """The INDEX rows of one file (``cols``: the file already read column-wise); of a segment, with ``after``,
+        only the records past that log offset."""
         _, snap, _, snap_offset = file_layout(f.path)
         cols = cols or read_columns(f.content, f.path)
-        n = len(cols.offset)
-        log_offset, seq = _log_position(cols.offset, snap_offset)
-        distinct = cols.distinct
+        rows = np.flatnonzero(cols.offset > after) if after is not None and snap_offset is None \
+            else np.arange(len(cols.offset))
+        n = len(rows)
+        log_offset, seq = _log_position(cols.offset[rows], snap_offset)
+        used, slots = np.unique(cols.code[rows], return_inverse=True)  # the distinct values these records hold
+        distinct = [cols.distinct[i] for i in used.tolist()]
         per_value = {
             "is_control": pa.array([v[0] for v in distinct], pa.bool_()),
             "api_key": pa.array([_peek_api_key(k, v, ctl) for ctl, k, v, _ in distinct], pa.int16()),
@@ -183,14 +200,15 @@ class FileIndexer:
             "key": pa.array([v[1] for v in distinct], pa.binary()),
             "value": pa.array([v[2] for v in distinct], pa.binary()),
         }
-        code = pa.array(cols.code)
+        code = pa.array(slots.ravel())
+        batch = cols.batch[rows]
         trusted = cols.crc_valid & np.asarray([e is None for e in cols.batch_errors], np.bool_)
         arrays = {
             "cluster_id": _repeat(f.identity.cluster_id, n), "node_id": pa.array([f.identity.node_id] * n, pa.int32()),
             "file_id": pa.array(np.full(n, f.file_id, np.int32)), "snapshot_id": pa.array([snap] * n, pa.string()),
             "log_offset": log_offset, "snapshot_seq": seq,
-            "batch_epoch": pa.array(cols.headers["partition_leader_epoch"].astype(np.int32)[cols.batch]),
-            "timestamp": pa.array(cols.timestamp * 1000, TS), "crc_valid": pa.array(trusted[cols.batch]),
+            "batch_epoch": pa.array(cols.headers["partition_leader_epoch"].astype(np.int32)[batch]),
+            "timestamp": pa.array(cols.timestamp[rows] * 1000, TS), "crc_valid": pa.array(trusted[batch]),
             **{name: column.take(code) for name, column in per_value.items()},
         }
         return pa.Table.from_arrays([arrays[name] for name in INDEX.names], schema=INDEX)
