@@ -1,4 +1,5 @@
-"""spark-submit entry point: table upkeep (compact small files, optionally z-order, vacuum).
+"""spark-submit entry point: table upkeep (compact small files clustered by cluster and time, optionally z-order,
+vacuum).
 
     spark-submit ... jobs/maintain.py --profile conf/cluster.toml [--z-order] [--retention-hours 168]
 

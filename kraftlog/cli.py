@@ -300,7 +300,8 @@ def report(warehouse: str | None, conf_file: str | None, cluster: str | None, st
 @click.option("--no-vacuum", is_flag=True, help="Compact only.")
 def maintain(warehouse: str | None, conf_file: str | None, z_order: bool, retention_hours: float,
              no_vacuum: bool) -> None:
-    """Table upkeep: compact small files (or z-order), vacuum unreferenced ones; no row changes.
+    """Table upkeep: compact small files clustered by cluster and time (or z-order), vacuum unreferenced ones; no
+    row changes.
 
     Holds the warehouse's lease like ingest, reconstruct and analyze.
     """

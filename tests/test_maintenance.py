@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from conftest import SAMPLE
@@ -67,4 +68,47 @@ def test_maintain_compacts_and_vacuums_without_changing_a_row(spark: Any, sample
     for n in names:
         assert table_rows(str(wh / n)) == before[n], n
     # ingest still knows what it landed (ledger and application transactions kept)
+    assert "new rows 0" in _cli("ingest", str(SAMPLE), "--warehouse", str(wh))
+
+
+def test_compaction_keeps_a_fleets_tables_clustered_by_cluster_and_time(spark: Any, tmp_path: Path,
+                                                                       monkeypatch: Any) -> None:
+    """Runs land cluster A's first part, cluster B, then the rest of A: maintain leaves each file's rows sorted by
+    cluster and time, row groups of one cluster (but where a file passes from one cluster to the next), and a reader
+    of one cluster skips the other's row groups; no row changes and ingest stays idempotent."""
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+    from services import copy_upto
+
+    from kraftlog.spark import maintenance
+
+    b = tmp_path / "b"
+    shutil.copytree(SAMPLE, b)
+    for meta in b.rglob("meta.properties"):
+        meta.write_text("\n".join("cluster.id=second-cluster-id-0000" if line.startswith("cluster.id=") else line
+                                  for line in meta.read_text().splitlines()) + "\n")
+    wh = tmp_path / "wh"
+    for source in (copy_upto(SAMPLE, tmp_path / "a", 1850), b, SAMPLE):
+        _cli("ingest", str(source), "--warehouse", str(wh))
+    names = [n for n in tables(wh) if n != "runs"]
+    before = {n: table_rows(str(wh / n)) for n in names}
+    monkeypatch.setattr(maintenance, "ROW_GROUP_ROWS", 500)
+    assert "files compacted" in _cli("maintain", "--warehouse", str(wh), "--no-vacuum")
+
+    for n in names:
+        assert table_rows(str(wh / n)) == before[n], n
+    dt = DeltaTable(str(wh / "records"))
+    assert len(dt.file_uris()) == 1
+    path = dt.file_uris()[0]
+    rows = pq.read_table(path, columns=["cluster_id", "timestamp"])
+    assert rows.equals(rows.sort_by([("cluster_id", "ascending"), ("timestamp", "ascending")]))
+    meta = pq.ParquetFile(path).metadata
+    column = meta.schema.names.index("cluster_id")
+    bounds = [(meta.row_group(i).column(column).statistics.min, meta.row_group(i).column(column).statistics.max)
+              for i in range(meta.num_row_groups)]
+    assert meta.num_row_groups > 4 and sum(lo != hi for lo, hi in bounds) <= 1
+    fragment = next(iter(ds.dataset(path).get_fragments()))
+    wanted = fragment.split_by_row_group(pc.field("cluster_id") == "second-cluster-id-0000")
+    assert 0 < sum(f.row_groups[0].num_rows for f in wanted) < rows.num_rows
+    assert "files compacted 0 -> 0" in _cli("maintain", "--warehouse", str(wh), "--no-vacuum")  # nothing new
     assert "new rows 0" in _cli("ingest", str(SAMPLE), "--warehouse", str(wh))

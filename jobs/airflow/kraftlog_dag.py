@@ -97,5 +97,5 @@ with DAG(
         "--to", "{{ data_interval_end.isoformat() }}",
         "--out-dir", REPORTS + "/{{ data_interval_end.strftime('%Y%m%dT%H%M') }}",  # one page per cluster
     ])
-    maintain = _job("maintain", "maintain.py", [])  # compact the hour's small files, vacuum week-old ones
+    maintain = _job("maintain", "maintain.py", [])  # compact the hour's small files by cluster, vacuum week-old ones
     ingest >> reconstruct >> analytics >> report >> maintain
