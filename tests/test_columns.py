@@ -105,3 +105,30 @@ def test_every_corpus_and_scenario_file_reads_the_same_both_ways() -> None:
         _same_summary(data, str(path))
         vectorized += fast.vectorized
     assert vectorized >= len(files) * 0.9  # real logs are well-formed: nearly all take the vectorized walk
+
+
+def test_a_grown_segments_new_part_reads_as_the_same_batches_of_the_whole_file() -> None:
+    """``read_tail`` from each batch boundary gives the whole file's batches and records from there, at the file's
+    positions; from a position that is not the batch after the offset given, or a torn tail, it gives None."""
+    from conftest import SAMPLE
+
+    from kraftlog.wire.columns import read_tail
+
+    path = next(SAMPLE.rglob("node-1/__cluster_metadata-0/*.log"))
+    data = path.read_bytes()
+    whole = read_columns(data, str(path))
+    for b in range(1, len(whole.positions), max(1, len(whole.positions) // 25)):
+        at = int(whole.positions[b])
+        after = int(whole.offset[whole.batch < b].max())
+        tail = read_tail(data, after, at)
+        assert tail is not None, b
+        rows = whole.batch >= b
+        assert tail.positions.tolist() == whole.positions[b:].tolist()
+        assert tail.offset.tolist() == whole.offset[rows].tolist()
+        assert tail.position.tolist() == whole.position[rows].tolist()
+        assert tail.timestamp.tolist() == whole.timestamp[rows].tolist()
+        assert [tail.distinct[c] for c in tail.code] == [whole.distinct[c] for c in whole.code[rows]]
+        assert read_tail(data, after + 1, at) is None  # not the batch after that offset
+        assert read_tail(data, after, at + 1) is None  # not a batch boundary
+    assert read_tail(data[:-3], int(whole.offset[whole.batch < 1].max()), int(whole.positions[1])) is None
+    assert read_tail(data, 0, 0) is None and read_tail(data, 0, len(data)) is None

@@ -294,6 +294,7 @@ def test_the_landed_rows_a_run_compares_its_winners_with(spark: Any) -> None:
     decided and the competing snapshots' records; of a cluster with a new or rewritten segment, every record; of a
     cluster where only snapshots compete, their records alone."""
     from kraftlog.spark.ingest import winners_may_meet
+    from kraftlog.tables.copies import Ingested
 
     rows = [(c, s, o) for c in "abc" for s, o in [(None, 5), (None, 50), ("00000000000000000040-0000000001", 3),
                                                     ("00000000000000000090-0000000002", 7)]]
@@ -303,8 +304,8 @@ def test_the_landed_rows_a_run_compares_its_winners_with(spark: Any) -> None:
              "/n1/__cluster_metadata-0/00000000000000000090-0000000002.checkpoint": "a",
              "/n1/__cluster_metadata-0/00000000000000000012.log": "b",  # new: read whole
              "/n2/__cluster_metadata-0/00000000000000000040-0000000001.checkpoint": "c"}
-    decided = {"/n1/__cluster_metadata-0/00000000000000000000.log": 20,
-               "/n2/__cluster_metadata-0/00000000000000000000.log": 30}
+    decided = {"/n1/__cluster_metadata-0/00000000000000000000.log": Ingested(20, 900),
+               "/n2/__cluster_metadata-0/00000000000000000000.log": Ingested(30, 1200)}
     kept = landed.filter(winners_may_meet(sorted(files), files, decided)).collect()
     assert {(r.cluster_id, r.snapshot_id, r.log_offset) for r in kept} == {
         ("a", None, 50), ("a", "00000000000000000090-0000000002", 7), *(r for r in rows if r[0] == "b"),

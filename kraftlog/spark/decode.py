@@ -6,7 +6,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -17,6 +17,9 @@ from kraftlog.spark.store import spark_schema
 from kraftlog.storage import Storage
 from kraftlog.tables.definitions import catalog
 from kraftlog.tables.rows import SUMMARY, FileIdentity, FileLander, FileRef, KeepSpec, summarize
+
+if TYPE_CHECKING:
+    from kraftlog.tables.copies import Ingested
 
 
 def refs(b: pa.RecordBatch | pa.Table, identities: dict[str, tuple[FileIdentity, int]]) -> list[FileRef]:
@@ -77,12 +80,12 @@ class ClusterBuffer:
 
 
 def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity, int]], files: list[FileSpec],
-                  storage: Storage, dest: str, decided: Mapping[str, int] | None = None) -> Choices:
+                  storage: Storage, dest: str, decided: Mapping[str, Ingested] | None = None) -> Choices:
     """Pass 1 (competing files ``identities``): the canonical copy of each record, one call per cluster.
 
     Each cluster's files are read by one task (no shuffle) and decided together
-    (``kraftlog.tables.copies.choose``; ``decided``: per grown segment, the log offset up to which earlier runs
-    chose among its copies). The divergence rows go under ``dest/divergence`` and the winning copies' INDEX rows
+    (``kraftlog.tables.copies.choose``; ``decided``: per grown segment, what earlier runs ingested of it, so chose
+    among its copies). The divergence rows go under ``dest/divergence`` and the winning copies' INDEX rows
     under ``dest/index`` (Parquet), to be compared with landed rows.
     """
     decided = dict(decided or {})

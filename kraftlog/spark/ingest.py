@@ -53,7 +53,7 @@ from kraftlog.spark.store import (
 )
 from kraftlog.spark.transforms import against_existing, keep_ranges, new_rows, path_map
 from kraftlog.storage import normalize
-from kraftlog.tables.copies import DIVERGENCE_SOURCE, SAME_EPOCH, render_divergence
+from kraftlog.tables.copies import DIVERGENCE_SOURCE, SAME_EPOCH, Ingested, render_divergence
 from kraftlog.tables.definitions import Catalog, catalog
 from kraftlog.tables.rows import INDEX, FileIdentity, KeepSpec, file_layout
 from kraftlog.wire.columns import read_columns
@@ -276,16 +276,16 @@ def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, ord
     return keep
 
 
-def decided_upto(contested: list[PlannedFile]) -> dict[str, int]:
+def decided_upto(contested: list[PlannedFile]) -> dict[str, Ingested]:
     """Per competing segment grown from what earlier runs ingested of it (the hourly case: each node's active segment
-    grew), the last log offset those runs ingested of it: its copies up to there were chosen among then."""
-    return {f.path: f.previous_last_offset for f in contested
+    grew), what those runs ingested of it (last log offset, size): its copies up to there were chosen among then."""
+    return {f.path: Ingested(f.previous_last_offset, f.previous_size or 0) for f in contested
             if f.kind == "segment" and f.prefix_unchanged and f.previous_last_offset is not None}
 
 
 def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str, KeepSpec],
             ids: dict[str, tuple[FileIdentity, int]], files: list[FileSpec], landed_clusters: set[str],
-            rewritten: list[str], manifest: Manifest, result: IngestResult, decided: dict[str, int] | None = None
+            rewritten: list[str], manifest: Manifest, result: IngestResult, decided: dict[str, Ingested] | None = None
             ) -> dict[str, KeepSpec]:
     """Record-level choice for the competing files ``base`` (what each lands so far): divergence, replaced
     rows, and the records each file lands.
@@ -343,7 +343,7 @@ def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str
     return keep
 
 
-def winners_may_meet(files: list[str], cluster_of: dict[str, str], decided: dict[str, int]) -> Column:
+def winners_may_meet(files: list[str], cluster_of: dict[str, str], decided: dict[str, Ingested]) -> Column:
     """The landed records this run's winners among ``files`` can be copies of: of a cluster all of whose competing
     segments are grown (``decided``), its log records past the lowest offset decided and the records of the
     snapshots competing; of any other cluster, every record."""
@@ -353,7 +353,7 @@ def winners_may_meet(files: list[str], cluster_of: dict[str, str], decided: dict
     for p in files:
         c, (info, snapshot_id, _, _) = cluster_of[p], file_layout(p)
         if p in decided:
-            floors[c] = min(floors.get(c, decided[p]), decided[p])
+            floors[c] = min(floors.get(c, decided[p].last_offset), decided[p].last_offset)
         elif info.kind == SEGMENT or snapshot_id is None:
             whole.add(c)
         else:

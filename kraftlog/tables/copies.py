@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from kraftlog.tables.definitions import catalog
 from kraftlog.tables.rows import INDEX, SHARED_ID, FileIndexer, FileRef, file_layout, project, record_json
-from kraftlog.wire.columns import LogColumns, read_columns
+from kraftlog.wire.columns import LogColumns, read_columns, read_tail
 from kraftlog.wire.files import decode_value
 from kraftlog.wire.messages import default_codec
 from kraftlog.wire.redact import default_redactor
@@ -109,18 +109,32 @@ class Choice:
         return self.index.filter(pa.array(self.wins))
 
 
-def choose(files: list[FileRef], indexer: FileIndexer | None = None, decided: Mapping[int, int] | None = None
+class Ingested(NamedTuple):
+    """What earlier runs ingested of a segment that has grown since: its last log offset and the file's size."""
+
+    last_offset: int
+    size: int
+
+
+def choose(files: list[FileRef], indexer: FileIndexer | None = None, decided: Mapping[int, Ingested] | None = None
            ) -> Choice:
     """The canonical copy of every record of ``files`` (the competing files of one cluster).
 
-    ``decided``: per file id of a segment that grew from what an earlier run ingested of it, the last log offset
-    that run ingested: its records up to there are left out. They took part in that run's choice, and what landed
+    ``decided``: by file id, the segments grown since earlier runs ingested them: their records up to what those
+    runs ingested are left out (and, where the file's bytes from there read regularly, not read: ``read_tail``; the
+    choice's ``columns`` of such a file hold its new part). They took part in that run's choice, and what landed
     then is what this run's winners meet (``transforms.against_existing``), with the same order of copies."""
     indexer = indexer or FileIndexer()
     decided = decided or {}
-    columns = {f.file_id: read_columns(f.content, f.path) for f in files}
-    index = pa.concat_tables([indexer.file_rows(f, columns[f.file_id], after=decided.get(f.file_id))
-                              for f in files]) if files else INDEX.empty_table()
+
+    def read(f: FileRef) -> LogColumns:
+        grown = decided.get(f.file_id)
+        return (grown and read_tail(f.content, grown.last_offset, grown.size)) or read_columns(f.content, f.path)
+
+    columns = {f.file_id: read(f) for f in files}
+    index = pa.concat_tables([indexer.file_rows(f, columns[f.file_id], after=(
+        decided[f.file_id].last_offset if f.file_id in decided else None)) for f in files]) \
+        if files else INDEX.empty_table()
     n = index.num_rows
     file_id = index["file_id"].to_numpy()
     position = pc.coalesce(index["snapshot_seq"], index["log_offset"]).to_numpy()

@@ -14,7 +14,7 @@ problems) once and ``code`` says which one each record is (NoOps, most of a real
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from crc32c import crc32c
@@ -97,6 +97,18 @@ def read_columns(data: bytes, source: str = "", *, vectorized: bool = True) -> L
     """
     expect = expect_of(source)
     return (_vectorized(data, expect) if vectorized else None) or _from_batches(data, source, expect)
+
+
+def read_tail(data: bytes, after: int, at: int) -> LogColumns | None:
+    """The batches of a segment from byte ``at`` on, column-wise, when the batch there is the one after log offset
+    ``after`` and every batch from there reads regularly (the part a segment grew by since a run read its first
+    ``at`` bytes, up to ``after``); None otherwise (read the whole file). Positions are the file's."""
+    if not 0 < at < len(data):
+        return None
+    cols = _vectorized(data[at:], Expect(first_offset=after + 1))
+    if cols is None:
+        return None
+    return replace(cols, positions=cols.positions + at, position=np.where(cols.position >= 0, cols.position + at, -1))
 
 
 # -- the reference walker's batches, as columns -----------------------------------------------------
