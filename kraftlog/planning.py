@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from kraftlog.tables.rows import EVERY_OFFSET, KeepSpec
+from kraftlog.tables.rows import EVERY_OFFSET, Ingested, KeepSpec
 from kraftlog.wire.files import FileInfo
 
 MAX_OFFSET = (1 << 63) - 1
@@ -40,6 +40,14 @@ class PlannedFile:
     previous_size: int | None = None  # size when an earlier run ingested this path
     previous_last_offset: int | None = None
     prefix_unchanged: bool = False  # the first previous_size bytes are what the earlier run ingested
+    prefix_epoch: int | None = None  # with them: the epoch of the batch ending at previous_size
+
+    @property
+    def ingested(self) -> Ingested | None:
+        """What earlier runs ingested of this file, where it grew from it."""
+        if not self.prefix_unchanged or self.previous_last_offset is None:
+            return None
+        return Ingested(self.previous_last_offset, self.previous_size or 0, self.prefix_epoch)
 
 
 @dataclass(frozen=True)

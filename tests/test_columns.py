@@ -42,7 +42,10 @@ def _same_summary(data: bytes, path: str = "f.log") -> None:
     fast = rows.summarize(path, data, len(data) // 2)
     with pytest.MonkeyPatch.context() as m:
         m.setattr(rows, "framed_headers", lambda _: None)
-        assert fast == rows.summarize(path, data, len(data) // 2)
+        walked = rows.summarize(path, data, len(data) // 2)
+    assert walked.pop("prefix_epoch") is None  # only where the framing holds (what read_tail goes on from)
+    assert fast.pop("prefix_epoch") is None or rows.framed_headers(data) is not None
+    assert fast == walked
 
 
 def _well_formed() -> bytes:
@@ -112,6 +115,7 @@ def test_a_grown_segments_new_part_reads_as_the_same_batches_of_the_whole_file()
     positions; from a position that is not the batch after the offset given, or a torn tail, it gives None."""
     from conftest import SAMPLE
 
+    from kraftlog.tables.rows import summarize
     from kraftlog.wire.columns import read_tail
 
     path = next(SAMPLE.rglob("node-1/__cluster_metadata-0/*.log"))
@@ -120,7 +124,7 @@ def test_a_grown_segments_new_part_reads_as_the_same_batches_of_the_whole_file()
     for b in range(1, len(whole.positions), max(1, len(whole.positions) // 25)):
         at = int(whole.positions[b])
         after = int(whole.offset[whole.batch < b].max())
-        tail = read_tail(data, after, at)
+        tail = read_tail(data, after, at, int(whole.headers["partition_leader_epoch"][b - 1]))
         assert tail is not None, b
         rows = whole.batch >= b
         assert tail.positions.tolist() == whole.positions[b:].tolist()
@@ -128,7 +132,12 @@ def test_a_grown_segments_new_part_reads_as_the_same_batches_of_the_whole_file()
         assert tail.position.tolist() == whole.position[rows].tolist()
         assert tail.timestamp.tolist() == whole.timestamp[rows].tolist()
         assert [tail.distinct[c] for c in tail.code] == [whole.distinct[c] for c in whole.code[rows]]
-        assert read_tail(data, after + 1, at) is None  # not the batch after that offset
-        assert read_tail(data, after, at + 1) is None  # not a batch boundary
-    assert read_tail(data[:-3], int(whole.offset[whole.batch < 1].max()), int(whole.positions[1])) is None
-    assert read_tail(data, 0, 0) is None and read_tail(data, 0, len(data)) is None
+        epoch = summarize(str(path), data, at)["prefix_epoch"]
+        assert epoch == int(whole.headers["partition_leader_epoch"][b - 1])
+        if int(whole.headers["partition_leader_epoch"][b]) == epoch:  # an epoch below the batches' before
+            assert read_tail(data, after, at, epoch + 1) is None
+        assert read_tail(data, after + 1, at, epoch) is None  # not the batch after that offset
+        assert read_tail(data, after, at + 1, epoch) is None  # not a batch boundary
+        assert summarize(str(path), data, at + 1)["prefix_epoch"] is None
+    assert read_tail(data[:-3], int(whole.offset[whole.batch < 1].max()), int(whole.positions[1]), 0) is None
+    assert read_tail(data, 0, 0, 0) is None and read_tail(data, 0, len(data), 0) is None

@@ -287,6 +287,15 @@ def test_active_segments_growing_on_every_node_land_as_the_whole_log_at_once(spa
     for t in [*cat.core.values(), *cat.typed.values()]:
         if t.name not in ("runs", "files"):  # what each run did and read, not what landed
             assert table_rows(str(hourly / t.name)) == table_rows(str(once / t.name)), t.name
+    # each file's last ledger row tells the whole file, though the last runs read only what the segments grew by
+    whole = ["path", "size", "content_sha256", "batches", "control_batches", "records", "crc_failures",
+             "first_offset", "last_offset", "metadata_version", "status", "error_count"]
+    last = {r["path"]: r for r in sorted(_table(hourly, "files").select([*whole, "ingested_at"]).to_pylist(),
+                                         key=lambda r: r["ingested_at"])}
+    def rows(ledger: Any) -> list[tuple[Any, ...]]:  # paths from the node directory on
+        return sorted(("node-" + r["path"].split("/node-", 1)[1], *(r[c] for c in whole[1:])) for r in ledger)
+
+    assert rows(last.values()) == rows(_table(once, "files").select(whole).to_pylist())
 
 
 def test_the_landed_rows_a_run_compares_its_winners_with(spark: Any) -> None:
@@ -294,7 +303,7 @@ def test_the_landed_rows_a_run_compares_its_winners_with(spark: Any) -> None:
     decided and the competing snapshots' records; of a cluster with a new or rewritten segment, every record; of a
     cluster where only snapshots compete, their records alone."""
     from kraftlog.spark.ingest import winners_may_meet
-    from kraftlog.tables.copies import Ingested
+    from kraftlog.tables.rows import Ingested
 
     rows = [(c, s, o) for c in "abc" for s, o in [(None, 5), (None, 50), ("00000000000000000040-0000000001", 3),
                                                     ("00000000000000000090-0000000002", 7)]]

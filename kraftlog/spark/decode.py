@@ -19,7 +19,7 @@ from kraftlog.tables.definitions import catalog
 from kraftlog.tables.rows import SUMMARY, FileIdentity, FileLander, FileRef, KeepSpec, summarize
 
 if TYPE_CHECKING:
-    from kraftlog.tables.copies import Ingested
+    from kraftlog.tables.rows import Ingested
 
 
 def refs(b: pa.RecordBatch | pa.Table, identities: dict[str, tuple[FileIdentity, int]]) -> list[FileRef]:

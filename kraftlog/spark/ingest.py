@@ -53,9 +53,9 @@ from kraftlog.spark.store import (
 )
 from kraftlog.spark.transforms import against_existing, keep_ranges, new_rows, path_map
 from kraftlog.storage import normalize
-from kraftlog.tables.copies import DIVERGENCE_SOURCE, SAME_EPOCH, Ingested, render_divergence
+from kraftlog.tables.copies import DIVERGENCE_SOURCE, SAME_EPOCH, render_divergence
 from kraftlog.tables.definitions import Catalog, catalog
-from kraftlog.tables.rows import INDEX, FileIdentity, KeepSpec, file_layout
+from kraftlog.tables.rows import INDEX, FileIdentity, Ingested, KeepSpec, Prefix, file_layout
 from kraftlog.wire.columns import read_columns
 from kraftlog.wire.discover import DataDir, find_data_dirs
 from kraftlog.wire.files import SEGMENT
@@ -170,7 +170,7 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
     ledger = [r.asDict() for r in store.read(cat.core["files"]).select(
         "path", "cluster_id", "data_dir", "file_kind", "snapshot_id", "size", "content_sha256", "first_offset",
         "last_offset", (F.unix_micros("modification_time") / 1000).cast("long").alias("mtime_ms"),
-        "ingested_at").collect()]
+        "ingested_at", "status", "batches", "control_batches", "records", "metadata_version").collect()]
     latest: dict[str, dict[str, object]] = {}
     for r in sorted(ledger, key=lambda r: r["ingested_at"]):
         latest[r["path"]] = r
@@ -263,7 +263,7 @@ def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, ord
         planned.append(PlannedFile(p, f.identity.cluster_id, info.kind, snap, s["first_offset"], s["last_offset"],
                                    s["sha256"], prev["size"] if prev else None,  # type: ignore[arg-type]
                                    prev["last_offset"] if prev else None,  # type: ignore[arg-type]
-                                   unchanged))
+                                   unchanged, s["prefix_epoch"] if unchanged else None))
     plan = plan_files(planned, _landed(ledger))
     result.files_clean += len(plan.clean)
     keep = dict(plan.clean)
@@ -273,14 +273,28 @@ def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, ord
         rewritten = [p for p in plan.contested if p in latest and not by_path[p].prefix_unchanged]
         keep.update(_decide(spark, store, cat, base, ids, [todo[p].spec(p) for p in base], landed_clusters,
                             rewritten, manifest, result, decided_upto([by_path[p] for p in plan.contested])))
-    return keep
+    return with_prefixes(keep, planned, latest)
+
+
+def with_prefixes(keep: dict[str, KeepSpec], planned: list[PlannedFile], latest: dict[str, dict[str, Any]]
+                  ) -> dict[str, KeepSpec]:
+    """``keep`` with the ``Prefix`` of each grown segment whose part ingested before read without a problem (its
+    ledger row ``ok``, the epoch it ends at known): the land pass reads only what it grew by."""
+    out = dict(keep)
+    for f in planned:
+        prev, ingested = latest.get(f.path), f.ingested
+        if (f.path in out and f.kind == "segment" and ingested is not None and ingested.epoch is not None
+                and prev is not None and prev["status"] == "ok" and prev["size"] == ingested.size):
+            out[f.path] = replace(out[f.path], prefix=Prefix(
+                ingested, prev["batches"], prev["control_batches"], prev["records"], prev["first_offset"],
+                prev["metadata_version"]))
+    return out
 
 
 def decided_upto(contested: list[PlannedFile]) -> dict[str, Ingested]:
     """Per competing segment grown from what earlier runs ingested of it (the hourly case: each node's active segment
     grew), what those runs ingested of it (last log offset, size): its copies up to there were chosen among then."""
-    return {f.path: Ingested(f.previous_last_offset, f.previous_size or 0) for f in contested
-            if f.kind == "segment" and f.prefix_unchanged and f.previous_last_offset is not None}
+    return {f.path: ingested for f in contested if f.kind == "segment" and (ingested := f.ingested) is not None}
 
 
 def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str, KeepSpec],

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kraftlog.tables.definitions import catalog
-from kraftlog.tables.rows import INDEX, SHARED_ID, FileIndexer, FileRef, file_layout, project, record_json
+from kraftlog.tables.rows import INDEX, SHARED_ID, FileIndexer, FileRef, Ingested, file_layout, project, record_json
 from kraftlog.wire.columns import LogColumns, read_columns, read_tail
 from kraftlog.wire.files import decode_value
 from kraftlog.wire.messages import default_codec
@@ -109,13 +109,6 @@ class Choice:
         return self.index.filter(pa.array(self.wins))
 
 
-class Ingested(NamedTuple):
-    """What earlier runs ingested of a segment that has grown since: its last log offset and the file's size."""
-
-    last_offset: int
-    size: int
-
-
 def choose(files: list[FileRef], indexer: FileIndexer | None = None, decided: Mapping[int, Ingested] | None = None
            ) -> Choice:
     """The canonical copy of every record of ``files`` (the competing files of one cluster).
@@ -129,7 +122,9 @@ def choose(files: list[FileRef], indexer: FileIndexer | None = None, decided: Ma
 
     def read(f: FileRef) -> LogColumns:
         grown = decided.get(f.file_id)
-        return (grown and read_tail(f.content, grown.last_offset, grown.size)) or read_columns(f.content, f.path)
+        tail = None if grown is None or grown.epoch is None else read_tail(f.content, grown.last_offset, grown.size,
+                                                                            grown.epoch)
+        return tail or read_columns(f.content, f.path)
 
     columns = {f.file_id: read(f) for f in files}
     index = pa.concat_tables([indexer.file_rows(f, columns[f.file_id], after=(

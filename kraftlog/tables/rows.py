@@ -38,7 +38,7 @@ from kraftlog.wire.batches import (
     iter_batches,
 )
 from kraftlog.wire.codegen import UNKNOWN_TAGS
-from kraftlog.wire.columns import DistinctValues, LogColumns, Value, framed_headers, read_columns
+from kraftlog.wire.columns import DistinctValues, LogColumns, Value, framed_headers, read_columns, read_tail
 from kraftlog.wire.compression import CODEC_NAMES
 from kraftlog.wire.errors import KraftDecodeError
 from kraftlog.wire.files import BOOTSTRAP, SEGMENT, FileInfo, classify, decode_value, paused_gc
@@ -126,12 +126,13 @@ class _Hasher:
 SUMMARY = pa.schema([
     ("path", pa.string()), ("size", pa.int64()), ("sha256", pa.string()), ("prefix_sha256", pa.string()),
     ("first_offset", pa.int64()), ("last_offset", pa.int64()), ("batches", pa.int32()),
-    ("min_epoch", pa.int32()), ("max_epoch", pa.int32()), ("problems", pa.int32()),
+    ("min_epoch", pa.int32()), ("max_epoch", pa.int32()), ("problems", pa.int32()), ("prefix_epoch", pa.int32()),
 ])
 
 
 def summarize(path: str, content: bytes, prefix_size: int | None) -> dict[str, Any]:
-    """Batch-header summary of a file; ``prefix_sha256`` covers its first ``prefix_size`` bytes.
+    """Batch-header summary of a file; ``prefix_sha256`` covers its first ``prefix_size`` bytes, and where a batch
+    ends there in a file whose framing holds, ``prefix_epoch`` is its epoch (what the batches after go on from).
 
     A file whose framing holds is summarised from its headers gathered at once (``framed_headers``: a quiet
     cluster's segment holds a batch per NoOp, millions of them); any other is walked batch by batch, counting its
@@ -139,6 +140,7 @@ def summarize(path: str, content: bytes, prefix_size: int | None) -> dict[str, A
     first = last = None
     lo = hi = None
     n = problems = 0
+    prefix_epoch = None
     h = framed_headers(content)
     if h is not None:
         n = len(h)
@@ -147,6 +149,10 @@ def summarize(path: str, content: bytes, prefix_size: int | None) -> dict[str, A
             epochs = h["partition_leader_epoch"].astype(np.int64)
             first, last = int(base.min()), int((base + h["last_offset_delta"].astype(np.int64)).max())
             lo, hi = int(epochs.min()), int(epochs.max())
+            if prefix_size is not None:
+                ends = np.cumsum(LOG_OVERHEAD + h["batch_length"].astype(np.int64))
+                i = int(np.searchsorted(ends, prefix_size))
+                prefix_epoch = int(epochs[i]) if i < n and ends[i] == prefix_size else None
     else:
         for b in iter_batches(content, path, verify_crc=False, parse_records=False):
             if isinstance(b, KraftDecodeError):
@@ -163,7 +169,7 @@ def summarize(path: str, content: bytes, prefix_size: int | None) -> dict[str, A
         prefix = hashlib.sha256(memoryview(content)[:prefix_size]).hexdigest()
     return {"path": path, "size": len(content), "sha256": hashlib.sha256(content).hexdigest(),
             "prefix_sha256": prefix, "first_offset": first, "last_offset": last, "batches": n, "min_epoch": lo,
-            "max_epoch": hi, "problems": problems}
+            "max_epoch": hi, "problems": problems, "prefix_epoch": prefix_epoch}
 
 
 # -- pass 1: narrow index of competing files ----------------------------------------------------------
@@ -232,6 +238,28 @@ def _peek_api_key(key: bytes | None, value: bytes | None, control: bool) -> int 
 
 # -- pass 2: land ------------------------------------------------------------------------------------
 
+class Ingested(NamedTuple):
+    """What earlier runs ingested of a segment that has grown since: its last log offset, the file's size then and
+    the epoch of its last batch then (None where unknown: the file is read whole)."""
+
+    last_offset: int
+    size: int
+    epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """A grown segment's part earlier runs landed whole, without a problem: what they ingested (``Ingested``, its
+    epoch known) and that part's ledger counts, which the file's ledger row goes on from."""
+
+    ingested: Ingested
+    batches: int
+    control_batches: int
+    records: int
+    first_offset: int | None
+    metadata_version: str | None
+
+
 @dataclass(frozen=True)
 class KeepSpec:
     """What to land from one file.
@@ -243,7 +271,9 @@ class KeepSpec:
     ``sha256``: the content the plan was made for; a file that changed since is left for the next run;
     ``strict``: the ranges are what the file may hold (a segment's span by its name), so a record
     outside them is a problem of the file, reported in the ledger; ``problems``: what the choice among
-    copies found wrong with the file (it contradicts another copy of its log), for the ledger.
+    copies found wrong with the file (it contradicts another copy of its log), for the ledger; ``prefix``: a
+    grown segment's part landed before (``Prefix``): only the bytes after it are read (``read_tail``) where they
+    go on from it regularly.
     """
 
     ranges: tuple[tuple[int, int], ...] = (EVERY_OFFSET,)
@@ -252,6 +282,7 @@ class KeepSpec:
     sha256: str | None = None
     strict: bool = False
     problems: tuple[str, ...] = ()
+    prefix: Prefix | None = None
 
     def keeps(self, offset: int) -> bool:
         return bool(self.mask(np.asarray([offset], np.int64))[0])
@@ -303,8 +334,14 @@ class FileLander:
             content_sha256 = hashlib.sha256(ref.content).hexdigest()
             if keep.sha256 is not None and content_sha256 != keep.sha256:
                 continue  # changed since the plan: the next run takes it
-            cols = (columns or {}).get(ref.file_id) or read_columns(ref.content, ref.path)
-            yield from self._file(ref, keep, content_sha256, cols, rows_per_chunk)
+            cols = (columns or {}).get(ref.file_id)
+            prefix = keep.prefix if cols is None else None
+            if prefix is not None and prefix.ingested.epoch is not None:
+                cols = read_tail(ref.content, prefix.ingested.last_offset, prefix.ingested.size,
+                                 prefix.ingested.epoch)
+            prefix = prefix if cols is not None else None
+            cols = cols or read_columns(ref.content, ref.path)
+            yield from self._file(ref, keep, content_sha256, cols, rows_per_chunk, prefix)
             if len(ref.content) >= RELEASE_BYTES:  # Arrow's allocator keeps what a big file freed: give it back,
                 pa.default_memory_pool().release_unused()  # so a task's memory follows one file, not the last few
 
@@ -314,12 +351,12 @@ class FileLander:
         if chunk.files:
             yield self._tables(chunk)
 
-    def _file(self, ref: FileRef, keep: KeepSpec, content_sha256: str, cols: LogColumns, rows_per_chunk: int
-              ) -> Iterator[dict[str, pa.Table]]:
+    def _file(self, ref: FileRef, keep: KeepSpec, content_sha256: str, cols: LogColumns, rows_per_chunk: int,
+              prefix: Prefix | None = None) -> Iterator[dict[str, pa.Table]]:
         """The rows of one file, added to the current chunk ``rows_per_chunk`` records at a time (a chunk is
         flushed when full): the rows in memory follow the chunk, not the file (a metadata log segment grows to
         ``metadata.log.segment.bytes``, 1 GiB by default). The batch rows come with the first slice, the
-        ledger row with the last."""
+        ledger row with the last. ``prefix``: ``cols`` are the batches after it (its counts go into the ledger)."""
         info, snap, source, snap_offset = file_layout(ref.path)
         ident = ref.identity
         errors = [*ident.errors(ref.path, keep.problems), *cols.errors]
@@ -348,15 +385,20 @@ class FileLander:
                 level = _last_level(ch, entries, at) or level
             if hi == n:
                 offsets = cols.offset
+                before = prefix or _NOTHING_BEFORE
+                first = before.first_offset if before.first_offset is not None else (
+                    int(offsets.min()) if n else None)
                 ch.ledger.append({
                     "path": ref.path, "cluster_id": ident.cluster_id, "node_id": ident.node_id,
                     "data_dir": ident.data_dir, "file_kind": info.kind, "snapshot_id": snap,
                     "deleted_snapshot": info.deleted, "size": len(ref.content),
                     "modification_time": ref.mtime_ms * 1000, "content_sha256": content_sha256,
-                    "batches": len(cols.positions), "control_batches": int(cols.control.sum()), "records": n,
+                    "batches": before.batches + len(cols.positions),
+                    "control_batches": before.control_batches + int(cols.control.sum()), "records": before.records + n,
                     "crc_failures": int((~cols.crc_valid).sum()),
-                    "first_offset": int(offsets.min()) if n else None, "last_offset": int(offsets.max()) if n else None,
-                    "metadata_version": None if level is None else self.mv_names.get(str(level), f"level {level}"),
+                    "first_offset": first, "last_offset": int(offsets.max()) if n else None,
+                    "metadata_version": before.metadata_version if level is None
+                    else self.mv_names.get(str(level), f"level {level}"),
                     "status": "errors" if errors else "ok", "error_count": len(errors),
                     "errors": [e.describe() for e in errors[:MAX_ERRORS_KEPT]],
                     "ingested_at": datetime.now(UTC), "run_id": self.run_id,
@@ -414,6 +456,9 @@ def _metadata_level(d: Decoded, control: bool) -> int | None:
     if d.type == "FEATURE_LEVEL_RECORD" and not control and d.data and d.data.get("name") == "metadata.version":
         return d.data["feature_level"]
     return None
+
+
+_NOTHING_BEFORE = Prefix(Ingested(-1, 0), 0, 0, 0, None, None)
 
 
 class Derived(NamedTuple):

@@ -99,13 +99,14 @@ def read_columns(data: bytes, source: str = "", *, vectorized: bool = True) -> L
     return (_vectorized(data, expect) if vectorized else None) or _from_batches(data, source, expect)
 
 
-def read_tail(data: bytes, after: int, at: int) -> LogColumns | None:
+def read_tail(data: bytes, after: int, at: int, epoch: int) -> LogColumns | None:
     """The batches of a segment from byte ``at`` on, column-wise, when the batch there is the one after log offset
-    ``after`` and every batch from there reads regularly (the part a segment grew by since a run read its first
-    ``at`` bytes, up to ``after``); None otherwise (read the whole file). Positions are the file's."""
+    ``after``, every batch from there reads regularly and no epoch goes below ``epoch`` (that of the batch before:
+    the part a segment grew by since a run read its first ``at`` bytes, up to ``after``); None otherwise (read the
+    whole file). Positions are the file's."""
     if not 0 < at < len(data):
         return None
-    cols = _vectorized(data[at:], Expect(first_offset=after + 1))
+    cols = _vectorized(data[at:], Expect(first_offset=after + 1), epoch)
     if cols is None:
         return None
     return replace(cols, positions=cols.positions + at, position=np.where(cols.position >= 0, cols.position + at, -1))
@@ -154,9 +155,9 @@ class _Irregular(Exception):
     """The file needs the reference walker."""
 
 
-def _vectorized(data: bytes, expect: Expect) -> LogColumns | None:
+def _vectorized(data: bytes, expect: Expect, epoch: int | None = None) -> LogColumns | None:
     try:
-        return _walk(data, expect)
+        return _walk(data, expect, epoch)
     except _Irregular:
         return None
 
@@ -218,16 +219,17 @@ def _check(ok: np.ndarray | bool) -> None:
         raise _Irregular
 
 
-def _in_order(h: np.ndarray, expect: Expect) -> bool:
-    """Whether every batch is where the file's name and the batches before put it (``BatchOrder``)."""
-    order = BatchOrder(expect.first_offset, expect.max_epoch)
+def _in_order(h: np.ndarray, expect: Expect, epoch: int | None = None) -> bool:
+    """Whether every batch is where the file's name and the batches before put it (``BatchOrder``; ``epoch``: that
+    of a batch before these)."""
+    order = BatchOrder(expect.first_offset, expect.max_epoch, epoch)
     check = order.check
     epochs = h["partition_leader_epoch"].tolist()
     return not any(check(b, d, e, n) for b, d, e, n in zip(
         h["base_offset"].tolist(), h["last_offset_delta"].tolist(), epochs, [*epochs[1:], None], strict=True))
 
 
-def _walk(data: bytes, expect: Expect) -> LogColumns:
+def _walk(data: bytes, expect: Expect, epoch: int | None = None) -> LogColumns:
     if not data and (expect.snapshot or expect.first_offset is not None):
         raise _Irregular  # an empty segment or snapshot file is a problem the reference walker reports
     at, crcs = _batch_frames(data)
@@ -237,7 +239,7 @@ def _walk(data: bytes, expect: Expect) -> LogColumns:
     _check(h["magic"] == 2)
     _check((attrs & COMPRESSION_MASK) == 0)
     _check(np.asarray(crcs, np.int64) == h["crc"].astype(np.int64))
-    _check(_in_order(h, expect))
+    _check(_in_order(h, expect, epoch))
     ends = positions + LOG_OVERHEAD + h["batch_length"].astype(np.int64)
     buf = np.frombuffer(data + bytes(_PAD), np.uint8)
     counts = h["records_count"].astype(np.int64)
