@@ -169,16 +169,14 @@ def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
     return {"compression": "zstd", "compression_level": 1, "use_dictionary": dictionary_columns(schema)}
 
 
-def write_parquet(table: str, root: str, data: pa.Table, storage: Storage, prefix: str = "",
-                  row_group_rows: int | None = None) -> StagedFile:
-    """Write one Parquet file under ``root`` (any URI ``storage`` reaches), in row groups of at most
-    ``row_group_rows`` rows (default: pyarrow's)."""
+def write_parquet(table: str, root: str, data: pa.Table, storage: Storage, prefix: str = "") -> StagedFile:
+    """Write one Parquet file under ``root`` (any URI ``storage`` reaches)."""
     filesystem, base = storage.filesystem(root)
     rel = f"{prefix}part-{uuid.uuid4()}.zstd.parquet"
     full = base.rstrip("/") + "/" + rel
     filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
     with filesystem.open_output_stream(full) as out:
-        pq.write_table(data, out, row_group_size=row_group_rows, **_parquet_options(data.schema))
+        pq.write_table(data, out, **_parquet_options(data.schema))
     size = filesystem.get_file_info(full).size
     return StagedFile(table, root, rel, int(size or 0), int(time.time() * 1000), data.num_rows, _stats(data))
 
