@@ -44,8 +44,8 @@ class PlannedFile:
 
     @property
     def ingested(self) -> Ingested | None:
-        """What earlier runs ingested of this file, where it grew from it."""
-        if not self.prefix_unchanged or self.previous_last_offset is None:
+        """What earlier runs ingested of this segment, where it grew from it."""
+        if self.kind != "segment" or not self.prefix_unchanged or self.previous_last_offset is None:
             return None
         return Ingested(self.previous_last_offset, self.previous_size or 0, self.prefix_epoch)
 

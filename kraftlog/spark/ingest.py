@@ -283,8 +283,8 @@ def with_prefixes(keep: dict[str, KeepSpec], planned: list[PlannedFile], latest:
     out = dict(keep)
     for f in planned:
         prev, ingested = latest.get(f.path), f.ingested
-        if (f.path in out and f.kind == "segment" and ingested is not None and ingested.epoch is not None
-                and prev is not None and prev["status"] == "ok" and prev["size"] == ingested.size):
+        if (f.path in out and ingested is not None and ingested.epoch is not None
+                and prev is not None and prev["status"] == "ok"):
             out[f.path] = replace(out[f.path], prefix=Prefix(
                 ingested, prev["batches"], prev["control_batches"], prev["records"], prev["first_offset"],
                 prev["metadata_version"]))
@@ -294,7 +294,7 @@ def with_prefixes(keep: dict[str, KeepSpec], planned: list[PlannedFile], latest:
 def decided_upto(contested: list[PlannedFile]) -> dict[str, Ingested]:
     """Per competing segment grown from what earlier runs ingested of it (the hourly case: each node's active segment
     grew), what those runs ingested of it (last log offset, size): its copies up to there were chosen among then."""
-    return {f.path: ingested for f in contested if f.kind == "segment" and (ingested := f.ingested) is not None}
+    return {f.path: ingested for f in contested if (ingested := f.ingested) is not None}
 
 
 def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str, KeepSpec],

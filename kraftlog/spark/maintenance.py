@@ -72,10 +72,9 @@ def compaction_bins(files: pa.Table, columns: list[str], target: int = TARGET_FI
     bin is left as it is)."""
     firsts = [files[f"min.{c}"].to_pylist() if f"min.{c}" in files.column_names else [None] * files.num_rows
               for c in columns]
-    small = sorted(((tuple((v is not None, v) for v in first), path, size)
-                    for path, size, *first in zip(files["path"].to_pylist(), files["size_bytes"].to_pylist(), *firsts,
-                                                  strict=True) if size < target),
-                   key=lambda f: (tuple((present, str(v)) for present, v in f[0]), f[1]))
+    small = sorted((tuple((v is not None, str(v)) for v in first), path, size)  # files without bounds first
+                   for path, size, *first in zip(files["path"].to_pylist(), files["size_bytes"].to_pylist(), *firsts,
+                                                 strict=True) if size < target)
     bins: list[list[str]] = [[]]
     size = 0
     for _, path, n in small:
@@ -122,8 +121,9 @@ def compact_clustered(store: TableStore, table: TableDef, dt: Any, run_id: str, 
     return {"removed": sum(len(b) for b in bins), "added": len(bins)}
 
 
-def _counts(metrics: dict[str, object]) -> dict[str, int]:
-    return {"removed": int(str(metrics.get("numFilesRemoved", 0))), "added": int(str(metrics.get("numFilesAdded", 0)))}
+def _counts(metrics: dict[str, Any]) -> dict[str, int]:
+    """Files removed and added, from delta-rs's optimize metrics."""
+    return {"removed": int(metrics.get("numFilesRemoved", 0)), "added": int(metrics.get("numFilesAdded", 0))}
 
 
 def maintain(store: TableStore, config: Config, z_order: bool = False, vacuum: bool = True,

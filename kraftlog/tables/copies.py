@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from kraftlog.tables.definitions import catalog
 from kraftlog.tables.rows import INDEX, SHARED_ID, FileIndexer, FileRef, Ingested, file_layout, project, record_json
-from kraftlog.wire.columns import LogColumns, read_columns, read_tail
+from kraftlog.wire.columns import LogColumns, read_columns
 from kraftlog.wire.files import decode_value
 from kraftlog.wire.messages import default_codec
 from kraftlog.wire.redact import default_redactor
@@ -120,16 +120,13 @@ def choose(files: list[FileRef], indexer: FileIndexer | None = None, decided: Ma
     indexer = indexer or FileIndexer()
     decided = decided or {}
 
-    def read(f: FileRef) -> LogColumns:
+    columns: dict[int, LogColumns] = {}
+    rows = []
+    for f in files:
         grown = decided.get(f.file_id)
-        tail = None if grown is None or grown.epoch is None else read_tail(f.content, grown.last_offset, grown.size,
-                                                                            grown.epoch)
-        return tail or read_columns(f.content, f.path)
-
-    columns = {f.file_id: read(f) for f in files}
-    index = pa.concat_tables([indexer.file_rows(f, columns[f.file_id], after=(
-        decided[f.file_id].last_offset if f.file_id in decided else None)) for f in files]) \
-        if files else INDEX.empty_table()
+        columns[f.file_id] = (grown and grown.tail(f.content)) or read_columns(f.content, f.path)
+        rows.append(indexer.file_rows(f, columns[f.file_id], after=grown.last_offset if grown else None))
+    index = pa.concat_tables(rows) if files else INDEX.empty_table()
     n = index.num_rows
     file_id = index["file_id"].to_numpy()
     position = pc.coalesce(index["snapshot_seq"], index["log_offset"]).to_numpy()

@@ -165,9 +165,14 @@ def summarize(path: str, content: bytes, prefix_size: int | None) -> dict[str, A
             lo = e if lo is None else min(lo, e)
             hi = e if hi is None else max(hi, e)
     prefix = None
-    if prefix_size is not None and prefix_size <= len(content):
-        prefix = hashlib.sha256(memoryview(content)[:prefix_size]).hexdigest()
-    return {"path": path, "size": len(content), "sha256": hashlib.sha256(content).hexdigest(),
+    digest = hashlib.sha256()
+    if prefix_size is not None and prefix_size <= len(content):  # one pass: the prefix's digest on the way
+        digest.update(memoryview(content)[:prefix_size])
+        prefix = digest.hexdigest()
+        digest.update(memoryview(content)[prefix_size:])
+    else:
+        digest.update(content)
+    return {"path": path, "size": len(content), "sha256": digest.hexdigest(),
             "prefix_sha256": prefix, "first_offset": first, "last_offset": last, "batches": n, "min_epoch": lo,
             "max_epoch": hi, "problems": problems, "prefix_epoch": prefix_epoch}
 
@@ -245,6 +250,11 @@ class Ingested(NamedTuple):
     last_offset: int
     size: int
     epoch: int | None = None
+
+    def tail(self, content: bytes) -> LogColumns | None:
+        """The batches the segment grew by since (``read_tail``); None where they cannot be read alone (the epoch
+        before them unknown, or they do not go on regularly from what was ingested): read the whole file."""
+        return None if self.epoch is None else read_tail(content, self.last_offset, self.size, self.epoch)
 
 
 @dataclass(frozen=True)
@@ -335,11 +345,10 @@ class FileLander:
             if keep.sha256 is not None and content_sha256 != keep.sha256:
                 continue  # changed since the plan: the next run takes it
             cols = (columns or {}).get(ref.file_id)
-            prefix = keep.prefix if cols is None else None
-            if prefix is not None and prefix.ingested.epoch is not None:
-                cols = read_tail(ref.content, prefix.ingested.last_offset, prefix.ingested.size,
-                                 prefix.ingested.epoch)
-            prefix = prefix if cols is not None else None
+            prefix = None
+            if cols is None and keep.prefix is not None:
+                cols = keep.prefix.ingested.tail(ref.content)
+                prefix = keep.prefix if cols is not None else None
             cols = cols or read_columns(ref.content, ref.path)
             yield from self._file(ref, keep, content_sha256, cols, rows_per_chunk, prefix)
             if len(ref.content) >= RELEASE_BYTES:  # Arrow's allocator keeps what a big file freed: give it back,
