@@ -39,7 +39,7 @@ run: $(STAMP)
 ## the pipeline's wall time on each deployment path (local, S3, standalone cluster, Spark Connect); the pipeline on
 ## a generated big cluster (1x and 4x) and the 10x corpus, full and an hourly increment (bench_fleet); the hourly run
 ## (ingest, reconstruct, verify, analyze) of a quiet cluster with a snapshot an hour, at 100 and 400 hours of history
-## (bench_quiet)
+## (bench_quiet); ingest of one big segment, 60 and 240 MB, from one node and three (bench_segment)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_decode.py --json out/bench-decode.json
 	$(BIN)/python benchmarks/bench_ingest.py --json out/bench-ingest.json
@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_deploy.py --json out/bench-deploy.json
 	$(BIN)/python benchmarks/bench_fleet.py --json out/bench-fleet.json
 	$(BIN)/python benchmarks/bench_quiet.py --json out/bench-quiet.json
+	$(BIN)/python benchmarks/bench_segment.py --json out/bench-segment.json
 
 ## what a Spark cluster needs: the wheel, and a packed Python environment (kraftlog and its native
 ## dependencies, pyspark excluded: Spark ships its own to the workers) for spark-submit --archives

@@ -143,3 +143,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+
+
+def joined_sample_log() -> tuple[bytes, str]:
+    """node-1's segments of the sample as one segment (the offsets go on): many batches, control batches, epochs."""
+    parts = sorted(SAMPLE.glob("node-1/__cluster_metadata-0/*.log"))
+    return b"".join(p.read_bytes() for p in parts), f"{0:020d}.log"
+
+
+def damaged_logs(data: bytes) -> list[tuple[str, bytes]]:
+    """The joined log, and versions of it with what real damage does, at batches spread over it: a flipped bit
+    under the CRC, a raised epoch and a moved base offset (which the CRC does not cover), a torn tail."""
+    from kraftlog.wire.columns import read_columns
+
+    whole = read_columns(data, "x.log")
+    out = [("clean", data), ("torn tail", data[:-5])]
+    for b in range(3, len(whole.positions), max(1, len(whole.positions) // 7)):
+        at = int(whole.positions[b])
+        flipped = bytearray(data)
+        flipped[at + 70] ^= 0x10
+        raised = bytearray(data)
+        raised[at + 12:at + 16] = (int(whole.headers["partition_leader_epoch"][b]) + 1).to_bytes(4, "big")
+        moved = bytearray(data)
+        moved[at:at + 8] = (int(whole.headers["base_offset"][b]) + 1).to_bytes(8, "big")
+        out += [(f"crc {b}", bytes(flipped)), (f"epoch {b}", bytes(raised)), (f"offset {b}", bytes(moved))]
+    return out

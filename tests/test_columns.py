@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CORPUS, SHARED, need
+from conftest import CORPUS, SHARED, damaged_logs, joined_sample_log, need
 from encoder import batch, control_key, record
 
 from kraftlog.wire.columns import LogColumns, read_columns
@@ -141,3 +141,47 @@ def test_a_grown_segments_new_part_reads_as_the_same_batches_of_the_whole_file()
         assert summarize(str(path), data, at + 1)["prefix_epoch"] is None
     assert read_tail(data[:-3], int(whole.offset[whole.batch < 1].max()), int(whole.positions[1]), 0) is None
     assert read_tail(data, 0, 0, 0) is None and read_tail(data, 0, len(data), 0) is None
+
+
+def _concatenated(parts: list[LogColumns]) -> LogColumns:
+    """Columns read a range at a time, as one file's."""
+    from kraftlog.wire.columns import HEADER_DTYPE, DistinctValues
+
+    distinct = DistinctValues()
+    codes = [distinct.code(p.distinct[c]) for p in parts for c in p.code.tolist()]
+    first = np.cumsum([0] + [len(p.positions) for p in parts[:-1]])
+    return LogColumns(
+        np.concatenate([p.positions for p in parts]), np.concatenate([p.headers for p in parts]).astype(HEADER_DTYPE),
+        np.concatenate([p.crc_valid for p in parts]), [e for p in parts for e in p.batch_errors],
+        [e for p in parts for e in p.errors], np.concatenate([p.batch + f for p, f in zip(parts, first, strict=True)]),
+        *(np.concatenate([getattr(p, n) for p in parts]) for n in ("offset", "timestamp", "position")),
+        np.asarray(codes, np.int64), distinct.values, all(p.vectorized for p in parts))
+
+
+def test_a_segment_read_a_range_at_a_time_gives_the_whole_files_columns() -> None:
+    """``read_ranges`` (the land pass's reader: the columns in memory follow a range of batches, not a 1 GiB segment)
+    gives, put together, exactly the whole file's columns and problems, for clean files and damaged ones (the damage
+    at any range boundary: ranges of a few batches), from the start and from any batch boundary on."""
+    from kraftlog.wire.columns import read_ranges
+
+    data, name = joined_sample_log()
+    assert len(data) > 100_000
+    for label, mutant in damaged_logs(data):
+        whole = read_columns(mutant, name)
+        assert whole.vectorized == (label == "clean"), label
+        for range_bytes in (1, 700, 5_000, 40_000):  # 1: a batch a range
+            parts = list(read_ranges(mutant, name, range_bytes) or ())
+            if label == "clean":
+                assert len(parts) >= min(len(mutant) // range_bytes, len(whole.positions)), range_bytes
+            _equal(_concatenated(parts), whole)
+    clean = read_columns(data, name)
+    for b in (1, len(clean.positions) // 3, len(clean.positions) - 1):
+        at, after = int(clean.positions[b]), int(clean.offset[clean.batch < b].max())
+        epoch = int(clean.headers["partition_leader_epoch"][b - 1])
+        tail = list(read_ranges(data, name, 3_000, after=after, at=at, epoch=epoch) or ())
+        joined = _concatenated(tail)
+        assert joined.positions.tolist() == clean.positions[b:].tolist()
+        assert joined.offset.tolist() == clean.offset[clean.batch >= b].tolist()
+        assert read_ranges(data, name, 3_000, after=after + 1, at=at, epoch=epoch) is None  # not the batch after
+    assert len(list(read_ranges(data, name, 3_000) or ())) > 30
+    assert len(list(read_ranges(data, f"{5:020d}-{2:010d}.checkpoint", 3_000) or ())) == 1  # a snapshot is read whole

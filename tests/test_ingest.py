@@ -537,7 +537,7 @@ def test_meta_properties_read_through_storage(tmp_path: Path) -> None:
 def test_each_cluster_is_read_whole_by_one_task_without_a_shuffle(spark: Any, tmp_path: Path) -> None:
     import pyarrow as pa
 
-    from kraftlog.spark.inputs import CONTENTS, FileSpec, by_cluster
+    from kraftlog.spark.inputs import Content, FileSpec, by_cluster
     from kraftlog.storage import Storage
 
     files, specs = {}, []
@@ -551,8 +551,9 @@ def test_each_cluster_is_read_whole_by_one_task_without_a_shuffle(spark: Any, tm
     def paths(batches: Any) -> Any:
         seen = []
         for b in batches:
-            assert b.schema == CONTENTS
-            seen += b.column("path").to_pylist()
+            assert all(isinstance(c, Content) and len(c.data) == (int(c.path.rsplit("/c", 1)[1][0]) + 1) * 100
+                       for c in b)
+            seen += [c.path for c in b]
         yield pa.RecordBatch.from_pylist([{"paths": seen}])
 
     groups = by_cluster(spark, specs, files, Storage())
@@ -579,7 +580,7 @@ def test_a_batch_of_file_contents_holds_one_big_file_or_a_few_small_ones(tmp_pat
         f = tmp_path / f"{i:02d}.log"
         f.write_bytes(bytes(n))
         specs.append(inputs.FileSpec(f"file:{f}", n, 0))
-    batches = [[len(c) for c in b.column("content").to_pylist()] for b in inputs.read_contents(specs, Storage())]
+    batches = [[len(c.data) for c in b] for b in inputs.read_contents(specs, Storage())]
     assert batches == [[300, 300, 300], [2500], [300], [900], [200, 100, 50, 50, 50, 50, 50, 50], [50]]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 from encoder import batch, control_key, metadata_value, record
 
@@ -131,3 +133,42 @@ def test_a_file_lands_in_slices_the_same_rows_as_in_one_piece() -> None:
         assert sliced[name].equals(t), name
     assert any(v is not None for v in whole["files"].column("metadata_version").to_pylist())
     assert whole["records"].num_rows > 3 * len(files)  # every file was cut into slices
+
+
+def test_a_segment_lands_a_range_of_batches_at_a_time_as_the_same_rows(monkeypatch: Any) -> None:
+    """A segment is read a range of batches at a time (``read_ranges``: memory follows the range, not a 1 GiB
+    segment): every table and the ledger row are the same as from one read of the whole file, for a clean segment,
+    damaged ones (the reference walker takes over from the first range that does not read regularly), a strict span
+    leaving records out, and a grown segment landed from its prefix."""
+    from conftest import damaged_logs, joined_sample_log
+
+    import kraftlog.wire.columns as columns
+    from kraftlog.tables.rows import Ingested, Prefix
+
+    data, name = joined_sample_log()
+    path = f"/data/n1/__cluster_metadata-0/{name}"
+    whole = columns.read_columns(data, name)
+    b = len(whole.positions) // 2
+    at, after = int(whole.positions[b]), int(whole.offset[whole.batch < b].max())
+    grown = Prefix(Ingested(after, at, int(whole.headers["partition_leader_epoch"][b - 1])), b,
+                   int(whole.control[:b].sum()), int((whole.batch < b).sum()), 0, "3.9-IV0")
+    cases = [(label, damaged, KeepSpec()) for label, damaged in damaged_logs(data)[::2]]
+    cases += [("strict", data, KeepSpec(((5, 1500),), strict=True)),
+              ("grown", data, KeepSpec(((after + 1, (1 << 62)),), min_batch_position=at, prefix=grown))]
+
+    def land(keep: KeepSpec, content: bytes) -> dict[str, pa.Table]:
+        out = _land([(FileRef(path, content, 1000, IDENT), keep)])
+        return {n: t.combine_chunks() for n, t in out.items()}
+
+    for label, content, keep in cases:
+        monkeypatch.setattr(columns, "RANGE_BYTES", 1 << 30)
+        one = land(keep, content)
+        monkeypatch.setattr(columns, "RANGE_BYTES", 2_000)
+        ranged = land(keep, content)
+        assert set(ranged) == set(one), label
+        for table, t in one.items():
+            assert ranged[table].equals(t), (label, table)
+        ledger = one["files"].to_pylist()[0]
+        assert ledger["records"] == len(whole.offset) - (label == "torn tail"), label
+        assert (ledger["status"] == "ok") == (label in ("clean", "grown")), label
+    assert len(list(columns.read_ranges(data, name) or ())) > 50  # the ranges were many

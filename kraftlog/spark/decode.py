@@ -12,7 +12,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from kraftlog.spark.inputs import FileGroups, FileSpec, by_cluster
+from kraftlog.spark.inputs import Content, FileGroups, FileSpec, by_cluster
 from kraftlog.spark.store import spark_schema
 from kraftlog.storage import Storage
 from kraftlog.tables.definitions import catalog
@@ -22,20 +22,17 @@ if TYPE_CHECKING:
     from kraftlog.tables.rows import Ingested
 
 
-def refs(b: pa.RecordBatch | pa.Table, identities: dict[str, tuple[FileIdentity, int]]) -> list[FileRef]:
-    """The files of a batch of file contents (``inputs.CONTENTS``)."""
-    mtimes = b.column("modificationTime").cast(pa.int64()).to_pylist()  # microseconds
-    return [FileRef(p, c, (m or 0) // 1000, *identities[p]) for p, m, c in
-            zip(b.column("path").to_pylist(), mtimes, b.column("content").to_pylist(), strict=True)]
+def refs(contents: list[Content], identities: dict[str, tuple[FileIdentity, int]]) -> list[FileRef]:
+    """The files of a batch of file contents (``inputs.read_contents``)."""
+    return [FileRef(c.path, c.data, c.mtime_ms, *identities[c.path]) for c in contents]
 
 
 def summaries(spark: SparkSession, files: FileGroups, prefix_sizes: dict[str, int]) -> list[dict[str, Any]]:
     """Pass 0 (every changed file): batch-header summaries, collected (one small row per file)."""
 
-    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run(batches: Iterable[list[Content]]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            rows = [summarize(p, c, prefix_sizes.get(p)) for p, c in
-                    zip(b.column("path").to_pylist(), b.column("content").to_pylist(), strict=True)]
+            rows = [summarize(c.path, c.data, prefix_sizes.get(c.path)) for c in b]
             yield pa.RecordBatch.from_pylist(rows, schema=SUMMARY)
 
     return [r.asDict() for r in files.map(spark, run, SUMMARY).collect()]
@@ -110,7 +107,7 @@ def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity,
         rows.append({"divergent": choice.divergence.num_rows, "winners": winners.num_rows, "conflict": None})
         return pa.RecordBatch.from_pylist(rows, CHOICE)
 
-    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run(batches: Iterable[list[Content]]) -> Iterator[pa.RecordBatch]:
         buffer = ClusterBuffer(expected)
         for b in batches:
             for ref in refs(b, identities):
@@ -136,7 +133,7 @@ def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity,
 
 
 class LandRouter:
-    """Router for ``TableStore.stage`` over file contents (``inputs.CONTENTS``): pass 2, land what the plan keeps.
+    """Router for ``TableStore.stage`` over file contents (``inputs.read_contents``): pass 2, land what the plan keeps.
 
     Files in ``together`` (path -> cluster) are planned here: the files of each such cluster arrive in
     one task (``inputs.by_cluster``), are decided together (``kraftlog.tables.copies.choose``) and
@@ -157,7 +154,7 @@ class LandRouter:
             self._lander = FileLander(self.run_id)
         return self._lander
 
-    def __call__(self, b: pa.RecordBatch) -> Iterator[dict[str, pa.Table]]:
+    def __call__(self, b: list[Content]) -> Iterator[dict[str, pa.Table]]:
         planned = []
         for ref in refs(b, self.identities):
             if ref.path not in self.together:

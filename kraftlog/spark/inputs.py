@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -24,12 +25,18 @@ from kraftlog.spark.session import default_parallelism
 from kraftlog.storage import Storage, is_local
 from kraftlog.wire.files import MetaProperties, parse_meta_properties
 
-# the rows a task's reader yields: what Spark's binaryFile source gives, read by pyarrow
-CONTENTS = pa.schema([("path", pa.string()), ("modificationTime", pa.int64()), ("content", pa.binary())])
-# a batch holds a few small files, or one big one: its contents are in memory at once (and copied on their way to
-# the reader), so a task's memory follows its biggest file, not how many of them it reads
+# a batch holds a few small files, or one big one: its contents are in memory at once, so a task's memory follows
+# its biggest file, not how many of them it reads
 FILES_PER_BATCH = 8
 BYTES_PER_BATCH = 16 << 20
+
+
+class Content(NamedTuple):
+    """A file as a task read it: its URI, modification time (epoch ms) and bytes (the only copy in the task)."""
+
+    path: str
+    mtime_ms: int
+    data: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,39 +66,37 @@ class FileGroups:
             for group in b.column("id").to_pylist():
                 yield from self.groups[group]
 
-    def contents(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Executor side: the files of the groups named by ``batches`` (``CONTENTS``), a few per batch."""
+    def contents(self, batches: Iterable[pa.RecordBatch]) -> Iterator[list[Content]]:
+        """Executor side: the files of the groups named by ``batches``, a few per batch (``read_contents``)."""
         return read_contents(self.files(batches), self.storage)
 
-    def map(self, spark: SparkSession, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    def map(self, spark: SparkSession, fn: Callable[[Iterator[list[Content]]], Iterator[pa.RecordBatch]],
             schema: pa.Schema) -> DataFrame:
-        """``fn`` over each task's file contents (``CONTENTS`` batches) -> rows of ``schema``."""
+        """``fn`` over each task's file contents (batches of ``Content``, read in the task) -> rows of ``schema``."""
         return self.frame(spark).mapInArrow(lambda it: fn(self.contents(it)), from_arrow_schema(schema))
 
 
-def read_contents(files: Iterable[FileSpec], storage: Storage) -> Iterator[pa.RecordBatch]:
-    """``CONTENTS`` batches of ``files``, each of at most ``FILES_PER_BATCH`` files and ``BYTES_PER_BATCH`` bytes unless
-    a single file is bigger; a file removed since it was listed (retention) is left out."""
-    rows: list[tuple[str, int, bytes]] = []
+def read_contents(files: Iterable[FileSpec], storage: Storage) -> Iterator[list[Content]]:
+    """Batches of ``files``' contents, each of at most ``FILES_PER_BATCH`` files and ``BYTES_PER_BATCH`` bytes unless a
+    single file is bigger; a file removed since it was listed (retention) is left out. The bytes are read once and
+    handed over as they are (a segment grows to 1 GiB: no copy into Arrow and out again)."""
+    batch: list[Content] = []
     size = 0
     for f in files:
-        if rows and (len(rows) >= FILES_PER_BATCH or size + f.size > BYTES_PER_BATCH):
-            yield _batch(rows)
-            rows, size = [], 0
+        if batch and (len(batch) >= FILES_PER_BATCH or size + f.size > BYTES_PER_BATCH):
+            done, batch, size = batch, [], 0
+            yield done
+            del done
         try:
             data = storage.read_bytes(f.path)
         except FileNotFoundError:
             continue
-        rows.append((f.path, f.mtime_ms * 1000, data))
+        batch.append(Content(f.path, f.mtime_ms, data))
         size += len(data)
-    if rows:
-        yield _batch(rows)
-
-
-def _batch(rows: list[tuple[str, int, bytes]]) -> pa.RecordBatch:
-    paths, mtimes, contents = zip(*rows, strict=True)
-    return pa.RecordBatch.from_arrays([pa.array(paths, pa.string()), pa.array(mtimes, pa.int64()),
-                                       pa.array(contents, pa.binary())], schema=CONTENTS)
+        del data
+    if batch:
+        done, batch = batch, []
+        yield done
 
 
 def max_partition_bytes(spark: SparkSession) -> int:

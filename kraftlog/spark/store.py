@@ -54,11 +54,11 @@ log = logging.getLogger("kraftlog")
 APPEND_APP = "kraftlog-append"
 DELETE_APP = "kraftlog-delete"
 # a router turns one input batch into rows of tables: one dict, or several (to bound memory)
-Router = Callable[[pa.RecordBatch], dict[str, pa.Table] | Iterator[dict[str, pa.Table]]]
+Router = Callable[[Any], dict[str, pa.Table] | Iterator[dict[str, pa.Table]]]  # a RecordBatch, or file contents
 # a producer turns one task's input batches into rows of tables (for ``stage_chunks``); a key ``<table>#<part>``
 # puts rows in a file of their own
 FILE_PART = "#"
-Producer = Callable[[Iterable[pa.RecordBatch]], Iterator[dict[str, pa.Table]]]
+Producer = Callable[[Iterable[Any]], Iterator[dict[str, pa.Table]]]
 
 # what executor-side writers return to the driver: one row per Parquet file written
 WRITTEN = pa.schema([("table", pa.string()), ("path", pa.string()), ("size", pa.int64()),
@@ -229,10 +229,10 @@ def _merge_stats(parts: list[str]) -> str:
                        "maxValues": {k: maxs[k] for k in keep}, "nullCount": nulls})
 
 
-def _routed(batches: Iterable[pa.RecordBatch], router: Router) -> Iterator[dict[str, pa.Table]]:
-    """The rows of ``batches`` as the router assigns them to tables."""
+def _routed(batches: Iterable[Any], router: Router) -> Iterator[dict[str, pa.Table]]:
+    """The rows of ``batches`` (Arrow record batches, or batches of file contents) as the router assigns them."""
     for batch in batches:
-        if batch.num_rows:
+        if len(batch):
             out = router(batch)
             yield from [out] if isinstance(out, dict) else out
     flush = getattr(router, "flush", None)  # a router may hold rows back across batches

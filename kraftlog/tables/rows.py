@@ -38,7 +38,15 @@ from kraftlog.wire.batches import (
     iter_batches,
 )
 from kraftlog.wire.codegen import UNKNOWN_TAGS
-from kraftlog.wire.columns import DistinctValues, LogColumns, Value, framed_headers, read_columns, read_tail
+from kraftlog.wire.columns import (
+    DistinctValues,
+    LogColumns,
+    Value,
+    framed_headers,
+    read_columns,
+    read_ranges,
+    read_tail,
+)
 from kraftlog.wire.compression import CODEC_NAMES
 from kraftlog.wire.errors import KraftDecodeError
 from kraftlog.wire.files import BOOTSTRAP, SEGMENT, FileInfo, classify, decode_value, paused_gc
@@ -256,6 +264,10 @@ class Ingested(NamedTuple):
         before them unknown, or they do not go on regularly from what was ingested): read the whole file."""
         return None if self.epoch is None else read_tail(content, self.last_offset, self.size, self.epoch)
 
+    def ranges(self, content: bytes, source: str) -> Iterator[LogColumns] | None:
+        """The same batches a range at a time (``read_ranges``), or None."""
+        return read_ranges(content, source, after=self.last_offset, at=self.size, epoch=self.epoch)
+
 
 @dataclass(frozen=True)
 class Prefix:
@@ -345,75 +357,75 @@ class FileLander:
             if keep.sha256 is not None and content_sha256 != keep.sha256:
                 continue  # changed since the plan: the next run takes it
             cols = (columns or {}).get(ref.file_id)
-            prefix = None
-            if cols is None and keep.prefix is not None:
-                cols = keep.prefix.ingested.tail(ref.content)
-                prefix = keep.prefix if cols is not None else None
-            cols = cols or read_columns(ref.content, ref.path)
-            yield from self._file(ref, keep, content_sha256, cols, rows_per_chunk, prefix)
-            if len(ref.content) >= RELEASE_BYTES:  # Arrow's allocator keeps what a big file freed: give it back,
-                pa.default_memory_pool().release_unused()  # so a task's memory follows one file, not the last few
+            tail = keep.prefix.ingested.ranges(ref.content, ref.path) if cols is None and keep.prefix else None
+            ranges = tail or ((cols,) if cols is not None else read_ranges(ref.content, ref.path) or ())
+            yield from self._file(ref, keep, content_sha256, ranges, rows_per_chunk, keep.prefix if tail else None)
 
     def flush(self) -> Iterator[dict[str, pa.Table]]:
         """The rows waiting in the current chunk."""
         chunk, self._chunk = self._chunk, _Chunk()
-        if chunk.files:
+        if chunk.files or chunk.ledger:
             yield self._tables(chunk)
 
-    def _file(self, ref: FileRef, keep: KeepSpec, content_sha256: str, cols: LogColumns, rows_per_chunk: int,
-              prefix: Prefix | None = None) -> Iterator[dict[str, pa.Table]]:
-        """The rows of one file, added to the current chunk ``rows_per_chunk`` records at a time (a chunk is
-        flushed when full): the rows in memory follow the chunk, not the file (a metadata log segment grows to
-        ``metadata.log.segment.bytes``, 1 GiB by default). The batch rows come with the first slice, the
-        ledger row with the last. ``prefix``: ``cols`` are the batches after it (its counts go into the ledger)."""
+    def _file(self, ref: FileRef, keep: KeepSpec, content_sha256: str, ranges: Iterable[LogColumns],
+              rows_per_chunk: int, prefix: Prefix | None = None) -> Iterator[dict[str, pa.Table]]:
+        """The rows of one file, read a range of batches at a time (``read_ranges``) and added to the current chunk
+        ``rows_per_chunk`` records at a time (a chunk is flushed when full): the rows and columns in memory follow
+        the chunk and the range, not the file (a metadata log segment grows to ``metadata.log.segment.bytes``, 1 GiB
+        by default). The ledger row comes after the last range. ``prefix``: ``ranges`` are the batches after it
+        (its counts go into the ledger)."""
         info, snap, source, snap_offset = file_layout(ref.path)
         ident = ref.identity
-        errors = [*ident.errors(ref.path, keep.problems), *cols.errors]
-        kept = keep.mask(cols.offset)
-        if keep.strict and not kept.all():
-            errors.append(_outside(ref.path, keep, cols, kept))
-        ends = cols.positions + LOG_OVERHEAD + cols.headers["batch_length"].astype(np.int64)
-        new_batches = ends > keep.min_batch_position
-        if keep.landed_batches:
-            new_batches &= [(p, c) not in keep.landed_batches
-                            for p, c in zip(cols.positions.tolist(), cols.headers["crc"].tolist(), strict=True)]
-        n = len(cols.offset)
-        level: int | None = None
-        for lo in range(0, max(n, 1), rows_per_chunk):
-            hi = min(n, lo + rows_per_chunk)
-            ch = self._chunk
-            with paused_gc():  # work and memory per slice follow the slice, not the file
-                code = cols.code[lo:hi]
-                used = np.unique(code)  # the slice's distinct values (sorted codes), derived into the chunk
-                entries = np.asarray([self._derived(ch, cols.distinct[i]) for i in used.tolist()], np.int64)
-                at = np.searchsorted(used, code)  # each record of the slice: its place in ``used``
-                rows = np.flatnonzero(kept[lo:hi])
-                ch.files.append(_FileColumns(ident.cluster_id, ident.node_id, ref.path, info.kind, snap, source))
-                ch.records(cols, lo + rows, entries[at[rows]], snap_offset)
-                ch.batches(cols, new_batches if lo == 0 else np.zeros(len(new_batches), np.bool_))
-                level = _last_level(ch, entries, at) or level
-            if hi == n:
-                offsets = cols.offset
-                before = prefix or _NOTHING_BEFORE
-                first = before.first_offset if before.first_offset is not None else (
-                    int(offsets.min()) if n else None)
-                ch.ledger.append({
-                    "path": ref.path, "cluster_id": ident.cluster_id, "node_id": ident.node_id,
-                    "data_dir": ident.data_dir, "file_kind": info.kind, "snapshot_id": snap,
-                    "deleted_snapshot": info.deleted, "size": len(ref.content),
-                    "modification_time": ref.mtime_ms * 1000, "content_sha256": content_sha256,
-                    "batches": before.batches + len(cols.positions),
-                    "control_batches": before.control_batches + int(cols.control.sum()), "records": before.records + n,
-                    "crc_failures": int((~cols.crc_valid).sum()),
-                    "first_offset": first, "last_offset": int(offsets.max()) if n else None,
-                    "metadata_version": before.metadata_version if level is None
-                    else self.mv_names.get(str(level), f"level {level}"),
-                    "status": "errors" if errors else "ok", "error_count": len(errors),
-                    "errors": [e.describe() for e in errors[:MAX_ERRORS_KEPT]],
-                    "ingested_at": datetime.now(UTC), "run_id": self.run_id,
-                })
-            if ch.rows >= rows_per_chunk:
-                yield from self.flush()
+        errors = [*ident.errors(ref.path, keep.problems)]
+        counts = _Counts.after(prefix)
+        for cols in ranges:
+            errors += cols.errors
+            kept = keep.mask(cols.offset)
+            if keep.strict and not kept.all():
+                counts.left_out(cols, kept)
+            ends = cols.positions + LOG_OVERHEAD + cols.headers["batch_length"].astype(np.int64)
+            new_batches = ends > keep.min_batch_position
+            if keep.landed_batches:
+                new_batches &= [(p, c) not in keep.landed_batches
+                                for p, c in zip(cols.positions.tolist(), cols.headers["crc"].tolist(), strict=True)]
+            n = len(cols.offset)
+            for lo in range(0, max(n, 1), rows_per_chunk):
+                hi = min(n, lo + rows_per_chunk)
+                ch = self._chunk
+                with paused_gc():  # work and memory per slice follow the slice, not the file
+                    code = cols.code[lo:hi]
+                    used = np.unique(code)  # the slice's distinct values (sorted codes), derived into the chunk
+                    entries = np.asarray([self._derived(ch, cols.distinct[i]) for i in used.tolist()], np.int64)
+                    at = np.searchsorted(used, code)  # each record of the slice: its place in ``used``
+                    rows = np.flatnonzero(kept[lo:hi])
+                    ch.files.append(_FileColumns(ident.cluster_id, ident.node_id, ref.path, info.kind, snap, source))
+                    ch.records(cols, lo + rows, entries[at[rows]], snap_offset)
+                    ch.batches(cols, new_batches if lo == 0 else np.zeros(len(new_batches), np.bool_))
+                    counts.level = _last_level(ch, entries, at) or counts.level
+                if ch.rows >= rows_per_chunk:
+                    yield from self.flush()
+            counts.add(cols)
+            if len(ref.content) >= RELEASE_BYTES:  # Arrow's allocator keeps what a big range freed: give it back,
+                del cols, kept, new_batches  # so a task's memory follows one range, not the last few
+                pa.default_memory_pool().release_unused()
+        if counts.dropped:
+            errors.append(_outside(ref.path, keep, counts))
+        self._chunk.ledger.append({
+            "path": ref.path, "cluster_id": ident.cluster_id, "node_id": ident.node_id,
+            "data_dir": ident.data_dir, "file_kind": info.kind, "snapshot_id": snap,
+            "deleted_snapshot": info.deleted, "size": len(ref.content),
+            "modification_time": ref.mtime_ms * 1000, "content_sha256": content_sha256,
+            "batches": counts.batches, "control_batches": counts.control_batches, "records": counts.records,
+            "crc_failures": counts.crc_failures, "first_offset": counts.first_offset,
+            "last_offset": counts.last_offset,
+            "metadata_version": counts.metadata_version if counts.level is None
+            else self.mv_names.get(str(counts.level), f"level {counts.level}"),
+            "status": "errors" if errors else "ok", "error_count": len(errors),
+            "errors": [e.describe() for e in errors[:MAX_ERRORS_KEPT]],
+            "ingested_at": datetime.now(UTC), "run_id": self.run_id,
+        })
+        if self._chunk.rows >= rows_per_chunk:
+            yield from self.flush()
 
     def _derived(self, ch: _Chunk, v: Value) -> int:
         """The chunk's derived entry of a distinct value (records of a corrupt batch get their own)."""
@@ -467,7 +479,44 @@ def _metadata_level(d: Decoded, control: bool) -> int | None:
     return None
 
 
-_NOTHING_BEFORE = Prefix(Ingested(-1, 0), 0, 0, 0, None, None)
+@dataclass
+class _Counts:
+    """A file's ledger counts so far (from its ``Prefix``, then range by range)."""
+
+    batches: int = 0
+    control_batches: int = 0
+    records: int = 0
+    crc_failures: int = 0
+    first_offset: int | None = None
+    last_offset: int | None = None
+    metadata_version: str | None = None  # before the ranges read (the prefix's)
+    level: int | None = None  # the metadata.version level the ranges set last
+    dropped: int = 0  # records outside a strict segment's offsets
+    first_out: tuple[int, int] = (0, -1)  # the first of them: offset, byte position (of its batch if compressed)
+
+    @staticmethod
+    def after(prefix: Prefix | None) -> _Counts:
+        if prefix is None:
+            return _Counts()
+        return _Counts(prefix.batches, prefix.control_batches, prefix.records, 0, prefix.first_offset,
+                       prefix.ingested.last_offset, prefix.metadata_version)
+
+    def add(self, cols: LogColumns) -> None:
+        self.batches += len(cols.positions)
+        self.control_batches += int(cols.control.sum())
+        self.records += len(cols.offset)
+        self.crc_failures += int((~cols.crc_valid).sum())
+        if len(cols.offset):
+            lo, hi = int(cols.offset.min()), int(cols.offset.max())
+            self.first_offset = lo if self.first_offset is None else min(self.first_offset, lo)
+            self.last_offset = hi if self.last_offset is None else max(self.last_offset, hi)
+
+    def left_out(self, cols: LogColumns, kept: np.ndarray) -> None:
+        if not self.dropped:
+            row = int(np.argmin(kept))  # the first record left out
+            position = int(cols.position[row])
+            self.first_out = int(cols.offset[row]), position if position >= 0 else int(cols.positions[cols.batch[row]])
+        self.dropped += int((~kept).sum())
 
 
 class Derived(NamedTuple):
@@ -677,18 +726,14 @@ TYPED_PROVENANCE = ("cluster_id", "source", "snapshot_id", "log_offset", "snapsh
                     "timestamp", "node_id", "record_version")
 
 
-def _outside(path: str, keep: KeepSpec, cols: LogColumns, kept: np.ndarray) -> KraftDecodeError:
-    """The problem of records a segment holds outside the offsets its name allows (they are not landed);
-    ``kept``: which records it lands."""
-    dropped = int((~kept).sum())
-    row = int(np.argmin(kept))  # the first record left out
-    offset, position = int(cols.offset[row]), int(cols.position[row])
+def _outside(path: str, keep: KeepSpec, counts: _Counts) -> KraftDecodeError:
+    """The problem of records a segment holds outside the offsets its name allows (they are not landed)."""
     lo, hi = keep.ranges[0] if keep.ranges else EVERY_OFFSET
     allowed = f"{lo}..{hi}" if hi < EVERY_OFFSET[1] else f"{lo} and above"
+    offset, position = counts.first_out
     return KraftDecodeError(
-        f"{dropped} record(s) outside the offsets this segment's name allows ({allowed}), first at offset "
-        f"{offset}; not landed", source=path,
-        position=position if position >= 0 else int(cols.positions[cols.batch[row]]), kind="offset_out_of_range")
+        f"{counts.dropped} record(s) outside the offsets this segment's name allows ({allowed}), first at offset "
+        f"{offset}; not landed", source=path, position=position, kind="offset_out_of_range")
 
 
 def _record_error(problems: tuple[KraftDecodeError, ...], d: Decoded) -> str | None:

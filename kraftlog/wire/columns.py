@@ -13,7 +13,9 @@ problems) once and ``code`` says which one each record is (NoOps, most of a real
 
 from __future__ import annotations
 
+import itertools
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -42,6 +44,7 @@ HEADER_DTYPE = np.dtype([
     ("max_timestamp", ">i8"), ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"),
     ("records_count", ">i4")])
 _LENGTH = struct.Struct(">i")
+_EPOCH = _LENGTH  # a batch's partition leader epoch, 12 bytes in
 _PAD = 16  # zero bytes after the data, so a varint read near the end stays inside the buffer
 
 Value = tuple[bool, bytes | None, bytes | None, tuple[KraftDecodeError, ...]]  # control, key, value, problems
@@ -107,9 +110,96 @@ def read_tail(data: bytes, after: int, at: int, epoch: int) -> LogColumns | None
     if not 0 < at < len(data):
         return None
     cols = _vectorized(data[at:], Expect(first_offset=after + 1), epoch)
-    if cols is None:
+    return None if cols is None else _moved(cols, at)
+
+
+# a segment is read this many bytes of batches at a time where it reads regularly (``read_ranges``)
+RANGE_BYTES = 8 << 20
+
+
+def read_ranges(data: bytes, source: str = "", range_bytes: int | None = None, *, after: int | None = None,
+                at: int = 0, epoch: int | None = None) -> Iterator[LogColumns] | None:
+    """A segment's batches column-wise, about ``range_bytes`` of them at a time, in file order (positions are the
+    file's): the columns in memory follow the range, not the file (a segment grows to 1 GiB).
+
+    Each range goes on from the one before (its first batch the one after the last offset before, no epoch below
+    the one before, the epoch of the batch after it known), so every range reading regularly gives the whole file's
+    columns. From the first range that does not, the rest comes as one last item: the reference walker's columns
+    of the whole file, from that range's first batch on. Snapshots and files of at most ``range_bytes``: one item,
+    ``read_columns``. With ``at`` (``after``, ``epoch``: see ``read_tail``): the batches from byte ``at`` on, or
+    None where the first range there does not read regularly. ``range_bytes``: ``RANGE_BYTES`` unless given.
+    """
+    range_bytes = range_bytes or RANGE_BYTES
+    expect = expect_of(source)
+    if at:
+        if not 0 < at < len(data) or epoch is None or after is None:
+            return None
+        expect = Expect(first_offset=after + 1)
+    elif expect.snapshot or len(data) <= range_bytes:
+        return iter((read_columns(data, source),))
+    ranges = _ranges(data, expect, at, epoch, range_bytes)
+    first = next(ranges)
+    if at and first[1] is None:
         return None
+    return _regular_then_whole(data, source, first, ranges)
+
+
+def _regular_then_whole(data: bytes, source: str, first: tuple[int, LogColumns | None],
+                        rest: Iterator[tuple[int, LogColumns | None]]) -> Iterator[LogColumns]:
+    """The ranges that read regularly, then (from the first that does not) the reference walker's columns."""
+    for at, cols in itertools.chain((first,), rest):
+        if cols is None:
+            yield _from_batch_at(read_columns(data, source, vectorized=False), at)
+            return
+        yield cols
+
+
+def _ranges(data: bytes, expect: Expect, at: int, epoch: int | None, range_bytes: int
+            ) -> Iterator[tuple[int, LogColumns | None]]:
+    """(position, columns) of each range from ``at`` on, while they read regularly; then (position, None) of the
+    first that does not, and no more."""
+    first_offset, n = expect.first_offset, len(data)
+    while at < n:
+        end = _range_end(data, at, range_bytes)
+        then = int(_EPOCH.unpack_from(data, end + 12)[0]) if end + HEADER_SIZE <= n else None
+        cols = _vectorized(data[at:end], Expect(first_offset=first_offset), epoch, then)
+        yield at, None if cols is None else _moved(cols, at)
+        if cols is None:
+            return
+        last = cols.headers[-1]
+        first_offset = int(last["base_offset"]) + int(last["last_offset_delta"]) + 1
+        epoch, at = int(last["partition_leader_epoch"]), end
+
+
+def _range_end(data: bytes, at: int, range_bytes: int) -> int:
+    """Where the batches from ``at`` that fit in ``range_bytes`` end (at least one batch); the end of the data
+    where the framing does not hold before (that range will not read regularly)."""
+    n, limit, end = len(data), at + range_bytes, at
+    unpack = _LENGTH.unpack_from
+    while end <= n - HEADER_SIZE:
+        (length,) = unpack(data, end + 8)
+        nxt = end + LOG_OVERHEAD + length
+        if length < HEADER_SIZE - LOG_OVERHEAD or nxt > n:
+            return n
+        if nxt > limit and end > at:
+            return end
+        end = nxt
+    return n
+
+
+def _moved(cols: LogColumns, at: int) -> LogColumns:
+    """Columns read from the bytes at ``at`` of a file, with the file's positions."""
     return replace(cols, positions=cols.positions + at, position=np.where(cols.position >= 0, cols.position + at, -1))
+
+
+def _from_batch_at(cols: LogColumns, at: int) -> LogColumns:
+    """The part of a whole file's columns from its batch at byte ``at`` on."""
+    b0 = int(np.searchsorted(cols.positions, at))
+    rows = cols.batch >= b0
+    return LogColumns(cols.positions[b0:], cols.headers[b0:], cols.crc_valid[b0:], cols.batch_errors[b0:],
+                      [e for e in cols.errors if e.position >= at or e.position < 0], cols.batch[rows] - b0,
+                      cols.offset[rows], cols.timestamp[rows], cols.position[rows], cols.code[rows], cols.distinct,
+                      cols.vectorized)
 
 
 # -- the reference walker's batches, as columns -----------------------------------------------------
@@ -155,9 +245,10 @@ class _Irregular(Exception):
     """The file needs the reference walker."""
 
 
-def _vectorized(data: bytes, expect: Expect, epoch: int | None = None) -> LogColumns | None:
+def _vectorized(data: bytes, expect: Expect, epoch: int | None = None, then: int | None = None
+                ) -> LogColumns | None:
     try:
-        return _walk(data, expect, epoch)
+        return _walk(data, expect, epoch, then)
     except _Irregular:
         return None
 
@@ -219,17 +310,17 @@ def _check(ok: np.ndarray | bool) -> None:
         raise _Irregular
 
 
-def _in_order(h: np.ndarray, expect: Expect, epoch: int | None = None) -> bool:
+def _in_order(h: np.ndarray, expect: Expect, epoch: int | None = None, then: int | None = None) -> bool:
     """Whether every batch is where the file's name and the batches before put it (``BatchOrder``; ``epoch``: that
-    of a batch before these)."""
+    of a batch before these, ``then``: of the batch after them)."""
     order = BatchOrder(expect.first_offset, expect.max_epoch, epoch)
     check = order.check
     epochs = h["partition_leader_epoch"].tolist()
     return not any(check(b, d, e, n) for b, d, e, n in zip(
-        h["base_offset"].tolist(), h["last_offset_delta"].tolist(), epochs, [*epochs[1:], None], strict=True))
+        h["base_offset"].tolist(), h["last_offset_delta"].tolist(), epochs, [*epochs[1:], then], strict=True))
 
 
-def _walk(data: bytes, expect: Expect, epoch: int | None = None) -> LogColumns:
+def _walk(data: bytes, expect: Expect, epoch: int | None = None, then: int | None = None) -> LogColumns:
     if not data and (expect.snapshot or expect.first_offset is not None):
         raise _Irregular  # an empty segment or snapshot file is a problem the reference walker reports
     at, crcs = _batch_frames(data)
@@ -239,7 +330,7 @@ def _walk(data: bytes, expect: Expect, epoch: int | None = None) -> LogColumns:
     _check(h["magic"] == 2)
     _check((attrs & COMPRESSION_MASK) == 0)
     _check(np.asarray(crcs, np.int64) == h["crc"].astype(np.int64))
-    _check(_in_order(h, expect, epoch))
+    _check(_in_order(h, expect, epoch, then))
     ends = positions + LOG_OVERHEAD + h["batch_length"].astype(np.int64)
     buf = np.frombuffer(data + bytes(_PAD), np.uint8)
     counts = h["records_count"].astype(np.int64)
