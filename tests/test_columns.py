@@ -162,6 +162,7 @@ def test_a_segment_read_a_range_at_a_time_gives_the_whole_files_columns() -> Non
     """``read_ranges`` (the land pass's reader: the columns in memory follow a range of batches, not a 1 GiB segment)
     gives, put together, exactly the whole file's columns and problems, for clean files and damaged ones (the damage
     at any range boundary: ranges of a few batches), from the start and from any batch boundary on."""
+    import kraftlog.wire.columns as columns
     from kraftlog.wire.columns import read_ranges
 
     data, name = joined_sample_log()
@@ -174,6 +175,12 @@ def test_a_segment_read_a_range_at_a_time_gives_the_whole_files_columns() -> Non
             if label == "clean":
                 assert len(parts) >= min(len(mutant) // range_bytes, len(whole.positions)), range_bytes
             _equal(_concatenated(parts), whole)
+    walked: list[int] = []
+    with pytest.MonkeyPatch.context() as m:  # the reference walker takes over where the damage is, not from the start
+        real = columns.iter_batches
+        m.setattr(columns, "iter_batches", lambda *a, **k: (walked.append(1) or b for b in real(*a, **k)))
+        torn = list(read_ranges(data[:-5], name, 5_000) or ())
+    assert 0 < len(walked) < len(read_columns(data, name).positions) / 10 and len(torn) > 20
     clean = read_columns(data, name)
     for b in (1, len(clean.positions) // 3, len(clean.positions) - 1):
         at, after = int(clean.positions[b]), int(clean.offset[clean.batch < b].max())

@@ -240,24 +240,25 @@ def _resync(data: bytes, pos: int, n: int) -> int:
 
 
 def iter_batches(data: bytes, source: str = "", *, verify_crc: bool = True, parse_records: bool = True,
-                 on_batch: Callable[[Batch], object] | None = None, expect: Expect | None = None
-                 ) -> Iterator[Batch | KraftDecodeError]:
+                 on_batch: Callable[[Batch], object] | None = None, expect: Expect | None = None,
+                 start: int = 0, order: BatchOrder | None = None) -> Iterator[Batch | KraftDecodeError]:
     """Yield every batch of ``data`` (a segment or snapshot file) and every problem, in file order.
 
     Problems with the framing of the file (truncated tail, impossible length, bad magic, an empty
     file, a snapshot without its header or footer) are yielded as ``KraftDecodeError``; problems inside
     one batch (CRC mismatch, out of order, a bad record) are attached to that batch's ``errors``.
     ``expect``: what the file's name says (see ``Expect``). ``on_batch`` runs on each batch before it
-    is yielded (e.g. to decode its values). Nothing raises.
+    is yielded (e.g. to decode its values). Nothing raises. ``start`` and ``order``: go on from the batch at byte
+    ``start`` of a segment, the batches before it in ``order`` (they read regularly and hold no compressed batch).
     """
     expect = expect or Expect()
     n = len(data)
     if n == 0 and (expect.snapshot or expect.first_offset is not None):
         yield KraftDecodeError("empty file: no batches", source=source, position=0, kind="empty")
         return
-    pos = 0
+    pos = start
     mv = memoryview(data)
-    order = BatchOrder(expect.first_offset, expect.max_epoch)
+    order = order or BatchOrder(expect.first_offset, expect.max_epoch)
     budget = EXPANSION_ALLOWANCE + EXPANSION_FACTOR * n  # decompressed bytes this file may still produce
     ends: list[tuple[bool, bytes | None] | None] = [None, None]  # (control, key) of the first and last record
     while pos < n:

@@ -139,36 +139,38 @@ def read_ranges(data: bytes, source: str = "", range_bytes: int | None = None, *
         return iter((read_columns(data, source),))
     ranges = _ranges(data, expect, at, epoch, range_bytes)
     first = next(ranges)
-    if at and first[1] is None:
+    if at and isinstance(first[1], BatchOrder):
         return None
     return _regular_then_whole(data, source, first, ranges)
 
 
-def _regular_then_whole(data: bytes, source: str, first: tuple[int, LogColumns | None],
-                        rest: Iterator[tuple[int, LogColumns | None]]) -> Iterator[LogColumns]:
-    """The ranges that read regularly, then (from the first that does not) the reference walker's columns."""
+def _regular_then_whole(data: bytes, source: str, first: tuple[int, LogColumns | BatchOrder],
+                        rest: Iterator[tuple[int, LogColumns | BatchOrder]]) -> Iterator[LogColumns]:
+    """The ranges that read regularly, then (from the first that does not) the reference walker's columns of the
+    rest of the file, going on from the order of the batches before."""
     for at, cols in itertools.chain((first,), rest):
-        if cols is None:
-            yield _from_batch_at(read_columns(data, source, vectorized=False), at)
+        if isinstance(cols, BatchOrder):
+            yield _from_batches(data, source, expect_of(source), at, cols)
             return
         yield cols
 
 
 def _ranges(data: bytes, expect: Expect, at: int, epoch: int | None, range_bytes: int
-            ) -> Iterator[tuple[int, LogColumns | None]]:
-    """(position, columns) of each range from ``at`` on, while they read regularly; then (position, None) of the
-    first that does not, and no more."""
-    first_offset, n = expect.first_offset, len(data)
+            ) -> Iterator[tuple[int, LogColumns | BatchOrder]]:
+    """(position, columns) of each range from ``at`` on, while they read regularly; then (position, the order of
+    the batches before) of the first that does not, and no more."""
+    first_offset, n, seen = expect.first_offset, len(data), int(at > 0)  # seen: whether batches come before
     while at < n:
         end = _range_end(data, at, range_bytes)
         then = int(_EPOCH.unpack_from(data, end + 12)[0]) if end + HEADER_SIZE <= n else None
         cols = _vectorized(data[at:end], Expect(first_offset=first_offset), epoch, then)
-        yield at, None if cols is None else _moved(cols, at)
         if cols is None:
+            yield at, BatchOrder(first_offset, expect.max_epoch, epoch, seen)
             return
+        yield at, _moved(cols, at)
         last = cols.headers[-1]
         first_offset = int(last["base_offset"]) + int(last["last_offset_delta"]) + 1
-        epoch, at = int(last["partition_leader_epoch"]), end
+        epoch, at, seen = int(last["partition_leader_epoch"]), end, seen + len(cols.positions)
 
 
 def _range_end(data: bytes, at: int, range_bytes: int) -> int:
@@ -192,16 +194,6 @@ def _moved(cols: LogColumns, at: int) -> LogColumns:
     return replace(cols, positions=cols.positions + at, position=np.where(cols.position >= 0, cols.position + at, -1))
 
 
-def _from_batch_at(cols: LogColumns, at: int) -> LogColumns:
-    """The part of a whole file's columns from its batch at byte ``at`` on."""
-    b0 = int(np.searchsorted(cols.positions, at))
-    rows = cols.batch >= b0
-    return LogColumns(cols.positions[b0:], cols.headers[b0:], cols.crc_valid[b0:], cols.batch_errors[b0:],
-                      [e for e in cols.errors if e.position >= at or e.position < 0], cols.batch[rows] - b0,
-                      cols.offset[rows], cols.timestamp[rows], cols.position[rows], cols.code[rows], cols.distinct,
-                      cols.vectorized)
-
-
 # -- the reference walker's batches, as columns -----------------------------------------------------
 
 class DistinctValues:
@@ -222,10 +214,11 @@ class DistinctValues:
         return c
 
 
-def _from_batches(data: bytes, source: str, expect: Expect) -> LogColumns:
+def _from_batches(data: bytes, source: str, expect: Expect, start: int = 0, order: BatchOrder | None = None
+                  ) -> LogColumns:
     batches: list[Batch] = []
     errors: list[KraftDecodeError] = []
-    collect(iter_batches(data, source, expect=expect), batches, errors)
+    collect(iter_batches(data, source, expect=expect, start=start, order=order), batches, errors)
     pairs = [(i, b, r) for i, b in enumerate(batches) for r in b.records]
     distinct = DistinctValues()
     codes = [distinct.code((bool(b.attributes & CONTROL_MASK), r.key, r.value, b.errors)) for _, b, r in pairs]
