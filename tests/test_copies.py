@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from conftest import SCENARIO_A, need
 from encoder import batch, metadata_value, record
 
 from kraftlog.schema.registry import load_schemas
-from kraftlog.tables.copies import choose, render_divergence
+from kraftlog.spark.decode import join_runs
+from kraftlog.tables.copies import choose, conflicts, render_divergence
 from kraftlog.tables.rows import FileIdentity, FileRef
 
 S = load_schemas()
@@ -97,3 +99,68 @@ def test_the_local_commands_choose_a_snapshot_copy_by_the_same_order(tmp_path: P
     assert set(choose(refs).keep) == {0}  # the tables take node 1's copy too
     assert copy_rank({"trusted": True, "node_id": 1, "file": "b"}, SNAPSHOT_COPY_ORDER) < \
         copy_rank({"trusted": True, "node_id": None, "file": "a"}, SNAPSHOT_COPY_ORDER)
+
+
+def test_choosing_a_part_at_a_time_is_choosing_all_at_once(monkeypatch: Any) -> None:
+    """``choose_in_parts`` (the ingest's choice among copies too big to hold at once) reads each segment a range at a
+    time and decides the copies of the offsets every segment has been read past: what lands, the divergence and the
+    winning copies are those of ``choose`` over everything, however small the ranges. Every node's log of the
+    bundled sample (segments rolled at different offsets), a copy damaged in each way real damage takes, a node
+    behind the others, a segment grown since a run ingested part of it, and the snapshots."""
+    import pyarrow as pa
+    from conftest import SAMPLE, damaged_logs, joined_sample_log
+    from crc32c import crc32c
+
+    import kraftlog.wire.columns as columns
+    from kraftlog.tables.copies import choose_in_parts
+    from kraftlog.tables.rows import Ingested
+    from kraftlog.tables.rows import file_layout as layout
+
+    refs = []
+    for node_dir in sorted(SAMPLE.glob("node-*")):
+        node = int(node_dir.name.split("-")[1])
+        for p in sorted((node_dir / "__cluster_metadata-0").glob("*.*")):
+            if layout(str(p))[0].kind in ("segment", "snapshot"):
+                refs.append(FileRef(str(p), p.read_bytes(), 0, FileIdentity("c1", node, str(node_dir)), len(refs)))
+    data, name = joined_sample_log()
+    damaged = dict(damaged_logs(data))
+    extra = [("crc 3", 7), ("torn tail", 8), (next(k for k in damaged if k.startswith("epoch")), 9)]
+    for label, node in extra:
+        refs.append(FileRef(f"/d{node}/__cluster_metadata-0/{name}", damaged[label], 0,
+                            FileIdentity("c1", node, f"/d{node}"), len(refs)))
+    whole_log = columns.read_columns(data, name)
+    at = int(whole_log.positions[len(whole_log.positions) // 2])
+    end = at + 12 + int(whole_log.headers["batch_length"][len(whole_log.positions) // 2])
+    other = bytearray(data)  # another log: a record differs at the same offset and epoch, its CRC right
+    other[end - 2] ^= 0x01
+    other[at + 17:at + 21] = crc32c(bytes(other[at + 21:end])).to_bytes(4, "big")
+    refs.append(FileRef(f"/d6/__cluster_metadata-0/{name}", bytes(other), 0, FileIdentity("c1", 6, "/d6"), len(refs)))
+    behind = data[:len(data) // 3 * 2]
+    cut = columns.read_columns(behind, name)
+    refs.append(FileRef(f"/d5/__cluster_metadata-0/{name}", behind[:int(cut.positions[-1])], 0,
+                        FileIdentity("c1", 5, "/d5"), len(refs)))
+    b = len(cut.positions) // 2
+    grown = FileRef(f"/d4/__cluster_metadata-0/{name}", data, 0, FileIdentity("c1", 4, "/d4"), len(refs))
+    refs.append(grown)
+    decided = {grown.file_id: Ingested(int(cut.offset[cut.batch < b].max()), int(cut.positions[b]),
+                                       int(cut.headers["partition_leader_epoch"][b - 1]))}
+
+    def rows(t: pa.Table) -> list[tuple[Any, ...]]:
+        return sorted(zip(*(t[c].to_pylist() for c in ("file_id", "snapshot_id", "log_offset", "snapshot_seq")),
+                          strict=True), key=repr)
+
+    whole = choose(refs, decided=decided)
+    assert whole.divergence.num_rows and whole.conflicts and len(whole.keep) > 5
+    for range_bytes in (1_000, 20_000):
+        monkeypatch.setattr(columns, "RANGE_BYTES", range_bytes)
+        parts = list(choose_in_parts(refs, decided=decided))
+        assert len(parts) > (10 if range_bytes == 1_000 else 2)
+        keep: dict[int, list[tuple[int, int]]] = {}
+        for part in parts:
+            for file_id, runs in part.keep.items():
+                join_runs(keep.setdefault(file_id, []), runs)
+        assert keep == whole.keep, range_bytes
+        divergence = pa.concat_tables([p.divergence for p in parts])
+        assert sorted(divergence.to_pylist(), key=repr) == sorted(whole.divergence.to_pylist(), key=repr)
+        assert conflicts(divergence) == whole.conflicts
+        assert rows(pa.concat_tables([p.winners for p in parts])) == rows(whole.winners)

@@ -172,3 +172,24 @@ def test_a_segment_lands_a_range_of_batches_at_a_time_as_the_same_rows(monkeypat
         assert ledger["records"] == len(whole.offset) - (label == "torn tail"), label
         assert (ledger["status"] == "ok") == (label in ("clean", "grown")), label
     assert len(list(columns.read_ranges(data, name) or ())) > 50  # the ranges were many
+
+
+def test_records_not_landed_are_not_decoded_yet_tell_the_files_metadata_version(monkeypatch: Any) -> None:
+    """A copy that loses every record to another node's (the first ingest of a cluster: each node holds the log)
+    decodes none of its values: a task's memory and time follow the records it lands. Its ledger row still tells
+    the file's metadata.version (from its FeatureLevelRecords alone) and counts, and its batch rows still land."""
+    from conftest import joined_sample_log
+
+    data, name = joined_sample_log()
+    ref = FileRef(f"/data/n1/__cluster_metadata-0/{name}", data, 1000, IDENT)
+    every = _land([(ref, KeepSpec())])
+    derived: list[object] = []
+    real = FileLander._derive
+    monkeypatch.setattr(FileLander, "_derive", lambda self, v: derived.append(v) or real(self, v))
+    none = _land([(ref, KeepSpec(()))])
+    assert "records" not in none and not derived
+    assert none["batches"].equals(every["batches"])
+    assert none["files"].equals(every["files"]) and every["files"]["metadata_version"][0].as_py() is not None
+    half = _land([(ref, KeepSpec(((0, 700),)))])
+    assert half["records"].num_rows == 701 and 0 < len(derived) <= 701
+    assert half["files"].equals(every["files"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from kraftlog.spark.inputs import Content, FileGroups, FileSpec, by_cluster
-from kraftlog.spark.store import spark_schema
+from kraftlog.spark.store import StreamingWriter, spark_schema, write_parquet
 from kraftlog.storage import Storage
 from kraftlog.tables.definitions import catalog
 from kraftlog.tables.rows import SUMMARY, FileIdentity, FileLander, FileRef, KeepSpec, summarize
@@ -86,25 +86,32 @@ def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity,
     under ``dest/index`` (Parquet), to be compared with landed rows.
     """
     decided = dict(decided or {})
-    from kraftlog.spark.store import write_parquet
-    from kraftlog.tables.copies import choose
+    from kraftlog.tables.copies import choose_in_parts, conflicts
+    from kraftlog.tables.rows import INDEX
 
     expected = Counter(ident.cluster_id for ident, _ in identities.values())
 
     def decide(files: list[FileRef]) -> pa.RecordBatch:
-        choice = choose(files, decided={f.file_id: decided[f.path] for f in files if f.path in decided})
-        if choice.divergence.num_rows:
-            write_parquet("divergence", dest + "/divergence", choice.divergence, storage)
-        winners = choice.winners
-        if winners.num_rows:
-            write_parquet("index", dest + "/index", winners, storage)
-        conflicts = choice.conflicts
+        keep: dict[int, list[tuple[int, int]]] = {}
+        divergence: list[pa.Table] = []
+        winners = Rows(lambda: StreamingWriter("index", dest + "/index", INDEX, "", storage))
+        for part in choose_in_parts(files, decided={f.file_id: decided[f.path] for f in files if f.path in decided}):
+            for file_id, runs in part.keep.items():
+                join_runs(keep.setdefault(file_id, []), runs)
+            if part.divergence.num_rows:
+                divergence.append(part.divergence)
+            winners.add(part.winners)
+        won = winners.close()
+        diverged = pa.concat_tables(divergence) if divergence else None
+        if diverged is not None:
+            write_parquet("divergence", dest + "/divergence", diverged, storage)
+        problems = conflicts(diverged) if diverged is not None else {}
         rows: list[dict[str, Any]] = [
             {"file_id": f.file_id, "sha256": hashlib.sha256(f.content).hexdigest(),
-             "lo": [lo for lo, _ in choice.keep.get(f.file_id, ())],
-             "hi": [hi for _, hi in choice.keep.get(f.file_id, ())], "divergent": 0, "winners": 0,
-             "conflict": conflicts.get(f.path)} for f in files]
-        rows.append({"divergent": choice.divergence.num_rows, "winners": winners.num_rows, "conflict": None})
+             "lo": [lo for lo, _ in keep.get(f.file_id, ())], "hi": [hi for _, hi in keep.get(f.file_id, ())],
+             "divergent": 0, "winners": 0, "conflict": problems.get(f.path)} for f in files]
+        rows.append({"divergent": diverged.num_rows if diverged is not None else 0, "winners": won,
+                     "conflict": None})
         return pa.RecordBatch.from_pylist(rows, CHOICE)
 
     def run(batches: Iterable[list[Content]]) -> Iterator[pa.RecordBatch]:
@@ -130,6 +137,46 @@ def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity,
             if r["conflict"]:
                 out.conflicts[r["file_id"]] = r["conflict"]
     return out
+
+
+def join_runs(runs: list[tuple[int, int]], more: list[tuple[int, int]]) -> None:
+    """Append the inclusive ranges ``more`` (after those of ``runs``) to ``runs``, joining ranges that meet."""
+    for lo, hi in more:
+        if runs and runs[-1][1] + 1 == lo:
+            runs[-1] = (runs[-1][0], hi)
+        else:
+            runs.append((lo, hi))
+
+
+class Rows:
+    """Rows written to one Parquet file (opened by ``open`` at the first row) in row groups of at least ``group``
+    rows."""
+
+    def __init__(self, open: Callable[[], StreamingWriter], group: int = 1 << 16):
+        self.open, self.group = open, group
+        self.pending: list[pa.Table] = []
+        self.writer: StreamingWriter | None = None
+        self.rows = 0
+
+    def add(self, t: pa.Table) -> None:
+        if t.num_rows:
+            self.pending.append(t)
+            self.rows += t.num_rows
+            if sum(p.num_rows for p in self.pending) >= self.group:
+                self._write()
+
+    def _write(self) -> None:
+        if self.pending:
+            self.writer = self.writer or self.open()
+            self.writer.write(pa.concat_tables(self.pending))
+            self.pending = []
+
+    def close(self) -> int:
+        """Write what is left; the rows written."""
+        self._write()
+        if self.writer is not None:
+            self.writer.close()
+        return self.rows
 
 
 class LandRouter:

@@ -19,7 +19,7 @@ Losing copies whose bytes differ are reported as divergence; identical copies (r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +29,8 @@ import pyarrow.compute as pc
 
 from kraftlog.tables.definitions import catalog
 from kraftlog.tables.rows import INDEX, SHARED_ID, FileIndexer, FileRef, Ingested, file_layout, project, record_json
-from kraftlog.wire.columns import LogColumns, read_columns
-from kraftlog.wire.files import decode_value
+from kraftlog.wire.columns import LogColumns, read_columns, read_ranges
+from kraftlog.wire.files import SEGMENT, decode_value
 from kraftlog.wire.messages import default_codec
 from kraftlog.wire.redact import default_redactor
 
@@ -92,21 +92,81 @@ class Choice:
 
     @property
     def conflicts(self) -> dict[str, str]:
-        """Per file path, why it is no copy of the log it lost to: records that differ from the winning copy's at
-        the same offset and epoch. One raft log never holds two records there (the Log Matching property), so
-        the two files are logs of different clusters that share a cluster id."""
-        d = self.divergence.filter(pc.equal(self.divergence["reason"], SAME_EPOCH))
-        out: dict[str, str] = {}
-        for path, offset, winner in zip(*(d[c].to_pylist() for c in ("loser_file", "log_offset", "winner_file")),
-                                        strict=True):
-            out.setdefault(path, f"identity conflict: records differ from {winner}'s at the same offset and "
-                                 f"epoch (first at offset {offset}): not a copy of the same log; {SHARED_ID}")
-        return out
+        """``conflicts`` of this choice's divergence."""
+        return conflicts(self.divergence)
 
     @property
     def winners(self) -> pa.Table:
         """The ``INDEX`` rows of the winning copies (built when asked: the land pass does not)."""
         return self.index.filter(pa.array(self.wins))
+
+
+def conflicts(divergence: pa.Table) -> dict[str, str]:
+    """Per file path, why it is no copy of the log it lost to: records that differ from the winning copy's at the
+    same offset and epoch (``divergence``: ``DIVERGENCE_SOURCE`` rows). One raft log never holds two records there
+    (the Log Matching property), so the two files are logs of different clusters that share a cluster id."""
+    d = divergence.filter(pc.equal(divergence["reason"], SAME_EPOCH))
+    out: dict[str, str] = {}
+    for path, offset, winner in zip(*(d[c].to_pylist() for c in ("loser_file", "log_offset", "winner_file")),
+                                    strict=True):
+        out.setdefault(path, f"identity conflict: records differ from {winner}'s at the same offset and "
+                             f"epoch (first at offset {offset}): not a copy of the same log; {SHARED_ID}")
+    return out
+
+
+@dataclass(frozen=True)
+class Part:
+    """What ``choose_in_parts`` decided for some records: per file id, the ranges of them that land (``keep``, as
+    in ``Choice``), the divergence among their copies and the ``INDEX`` rows of their winning copies."""
+
+    keep: dict[int, list[tuple[int, int]]]
+    divergence: pa.Table
+    winners: pa.Table
+
+
+def choose_in_parts(files: list[FileRef], indexer: FileIndexer | None = None,
+                    decided: Mapping[int, Ingested] | None = None) -> Iterator[Part]:
+    """``choose``, a part at a time, for files too big to hold at once (a segment grows to 1 GiB, and every node of
+    a cluster holds a copy): the snapshots first, together and whole; then the segments, each read a range of
+    batches at a time (``read_ranges``), the copies of the log offsets every segment still being read has been
+    read past decided together. Every copy of a record is in the same part, so each is decided as ``choose``
+    decides it; what is in memory follows the ranges, not the files. ``keep`` runs of consecutive parts may join.
+    """
+    indexer = indexer or FileIndexer()
+    decided = decided or {}
+    segments = {f.file_id: f for f in files if file_layout(f.path)[0].kind == SEGMENT}
+    others = [f for f in files if f.file_id not in segments]
+    if others:
+        yield _part(others, pa.concat_tables([indexer.file_rows(f) for f in others]))
+    reading: dict[int, Iterator[LogColumns]] = {}
+    for i, f in segments.items():
+        grown = decided.get(i)
+        reading[i] = (grown and grown.ranges(f.content, f.path)) or read_ranges(f.content, f.path) or iter(())
+    read_to = dict.fromkeys(reading, -(1 << 63))  # the highest log offset read of each segment
+    pending: list[pa.Table] = []
+    while reading or pending:
+        low = min(read_to[i] for i in reading) if reading else None
+        for i in [i for i in reading if read_to[i] == low]:  # the segments read least far: their next range
+            cols = next(reading[i], None)
+            if cols is None:
+                del reading[i]
+                continue
+            if len(cols.offset):
+                read_to[i] = int(cols.offset.max())
+            grown = decided.get(i)
+            pending.append(indexer.file_rows(segments[i], cols, after=grown.last_offset if grown else None))
+        rows = pa.concat_tables(pending) if pending else INDEX.empty_table()
+        pending = []
+        if reading:  # the offsets past what some segment still being read has been read to wait for it
+            ready = pc.less_equal(rows["log_offset"], min(read_to[i] for i in reading))
+            pending, rows = [rows.filter(pc.invert(ready))], rows.filter(ready)
+        if rows.num_rows:
+            yield _part(list(segments.values()), rows)
+
+
+def _part(files: list[FileRef], index: pa.Table) -> Part:
+    keep, divergence, wins = _decide(files, index)
+    return Part(keep, divergence, index.filter(pa.array(wins)))
 
 
 def choose(files: list[FileRef], indexer: FileIndexer | None = None, decided: Mapping[int, Ingested] | None = None
@@ -127,6 +187,13 @@ def choose(files: list[FileRef], indexer: FileIndexer | None = None, decided: Ma
         columns[f.file_id] = (grown and grown.tail(f.content)) or read_columns(f.content, f.path)
         rows.append(indexer.file_rows(f, columns[f.file_id], after=grown.last_offset if grown else None))
     index = pa.concat_tables(rows) if files else INDEX.empty_table()
+    keep, divergence, wins = _decide(files, index)
+    return Choice(keep, divergence, columns, index, wins)
+
+
+def _decide(files: list[FileRef], index: pa.Table) -> tuple[dict[int, list[tuple[int, int]]], pa.Table, np.ndarray]:
+    """The choice among the copies in ``index`` (the ``INDEX`` rows of ``files``; all copies of each record):
+    ``Choice``'s ``keep``, ``divergence`` and ``wins``."""
     n = index.num_rows
     file_id = index["file_id"].to_numpy()
     position = pc.coalesce(index["snapshot_seq"], index["log_offset"]).to_numpy()
@@ -161,8 +228,7 @@ def choose(files: list[FileRef], indexer: FileIndexer | None = None, decided: Ma
     w = np.where(has_winner, winner, 0)
     wins = has_winner & (file_id == file_id[w])
     loses = ~wins & (~has_winner | (value_hash != value_hash[w]))
-    return Choice(_ranges(file_id[wins], position[wins]), _divergence(files, index, loses, w, has_winner),
-                  columns, index, wins)
+    return _ranges(file_id[wins], position[wins]), _divergence(files, index, loses, w, has_winner), wins
 
 
 def _ranges(file_id: np.ndarray, position: np.ndarray) -> dict[int, list[tuple[int, int]]]:

@@ -334,6 +334,8 @@ class FileLander:
         self.cat = catalog()
         self.sensitive_keys = {k for k, s in load_schemas().metadata.items() if self.redactor.is_sensitive_type(s)}
         self.mv_names = load_schemas().enums["metadataVersion"]
+        self.feature_level_key = next(k for k, spec in load_schemas().metadata.items()
+                                      if spec.record_type == "FEATURE_LEVEL_RECORD")
         self.hash = _Hasher()
         self._chunk = _Chunk()
 
@@ -394,14 +396,13 @@ class FileLander:
                 ch = self._chunk
                 with paused_gc():  # work and memory per slice follow the slice, not the file
                     code = cols.code[lo:hi]
-                    used = np.unique(code)  # the slice's distinct values (sorted codes), derived into the chunk
-                    entries = np.asarray([self._derived(ch, cols.distinct[i]) for i in used.tolist()], np.int64)
-                    at = np.searchsorted(used, code)  # each record of the slice: its place in ``used``
                     rows = np.flatnonzero(kept[lo:hi])
+                    used = np.unique(code[rows])  # the distinct values landed (sorted codes), derived into the chunk
+                    entries = np.asarray([self._derived(ch, cols.distinct[i]) for i in used.tolist()], np.int64)
                     ch.files.append(_FileColumns(ident.cluster_id, ident.node_id, ref.path, info.kind, snap, source))
-                    ch.records(cols, lo + rows, entries[at[rows]], snap_offset)
+                    ch.records(cols, lo + rows, entries[np.searchsorted(used, code[rows])], snap_offset)
                     ch.batches(cols, new_batches if lo == 0 else np.zeros(len(new_batches), np.bool_))
-                    counts.level = _last_level(ch, entries, at) or counts.level
+                    counts.level = self._last_level(cols, code) or counts.level
                 if ch.rows >= rows_per_chunk:
                     yield from self.flush()
             counts.add(cols)
@@ -426,6 +427,21 @@ class FileLander:
         })
         if self._chunk.rows >= rows_per_chunk:
             yield from self.flush()
+
+    def _last_level(self, cols: LogColumns, code: np.ndarray) -> int | None:
+        """The metadata.version level the last FeatureLevelRecord for it among the records ``code`` (of ``cols``,
+        landed or not: the ledger tells the file's level) sets (None: none). Only such records are decoded."""
+        used = np.unique(code)
+        levels = {i: level for i in used.tolist() if (level := self._level(cols.distinct[i])) is not None}
+        if not levels:
+            return None
+        return levels[int(code[np.flatnonzero(np.isin(code, list(levels)))[-1]])]
+
+    def _level(self, v: Value) -> int | None:
+        ctl, key, value, _ = v
+        if ctl or _peek_api_key(key, value, ctl) != self.feature_level_key:
+            return None
+        return _metadata_level(decode_value(self.codec, ctl, key, value), ctl)
 
     def _derived(self, ch: _Chunk, v: Value) -> int:
         """The chunk's derived entry of a distinct value (records of a corrupt batch get their own)."""
@@ -461,15 +477,6 @@ class FileLander:
                 out["batches"] = batches
             out["files"] = pa.Table.from_pylist(ch.ledger, self.cat.core["files"].schema)
             return out
-
-
-def _last_level(ch: _Chunk, entries: np.ndarray, at: np.ndarray) -> int | None:
-    """The metadata.version level the last FeatureLevelRecord for it among some records sets (None: none);
-    ``entries``: the chunk's derived entry of each distinct value, ``at``: each record's value in ``entries``."""
-    is_control = ch.derived.columns["is_control"]
-    levels = [_metadata_level(ch.derived.decoded[i], is_control[i]) for i in entries.tolist()]
-    rows = np.flatnonzero(np.asarray([level is not None for level in levels], np.bool_)[at])
-    return levels[int(at[rows[-1]])] if rows.size else None
 
 
 def _metadata_level(d: Decoded, control: bool) -> int | None:
