@@ -9,8 +9,7 @@ from conftest import SCENARIO_A, need
 from encoder import batch, metadata_value, record
 
 from kraftlog.schema.registry import load_schemas
-from kraftlog.spark.decode import join_runs
-from kraftlog.tables.copies import choose, conflicts, render_divergence
+from kraftlog.tables.copies import choose, conflicts, join_runs, render_divergence
 from kraftlog.tables.rows import FileIdentity, FileRef
 
 S = load_schemas()

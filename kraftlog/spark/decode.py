@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -86,32 +86,32 @@ def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity,
     under ``dest/index`` (Parquet), to be compared with landed rows.
     """
     decided = dict(decided or {})
-    from kraftlog.tables.copies import choose_in_parts, conflicts
+    from kraftlog.tables.copies import DIVERGENCE_SOURCE, choose_in_parts, conflicts, join_runs
     from kraftlog.tables.rows import INDEX
 
     expected = Counter(ident.cluster_id for ident, _ in identities.values())
 
     def decide(files: list[FileRef]) -> pa.RecordBatch:
         keep: dict[int, list[tuple[int, int]]] = {}
-        divergence: list[pa.Table] = []
-        winners = Rows(lambda: StreamingWriter("index", dest + "/index", INDEX, "", storage))
+        divergence = [DIVERGENCE_SOURCE.empty_table()]
+        winners: StreamingWriter | None = None  # one file, in row groups of 65,536 rows or more
         for part in choose_in_parts(files, decided={f.file_id: decided[f.path] for f in files if f.path in decided}):
             for file_id, runs in part.keep.items():
                 join_runs(keep.setdefault(file_id, []), runs)
-            if part.divergence.num_rows:
-                divergence.append(part.divergence)
-            winners.add(part.winners)
-        won = winners.close()
-        diverged = pa.concat_tables(divergence) if divergence else None
-        if diverged is not None:
+            divergence.append(part.divergence)
+            if part.winners.num_rows:
+                winners = winners or StreamingWriter("index", dest + "/index", INDEX, "", storage, 1 << 16)
+                winners.write(part.winners)
+        won = winners.close().num_records if winners is not None else 0
+        diverged = pa.concat_tables(divergence)
+        if diverged.num_rows:
             write_parquet("divergence", dest + "/divergence", diverged, storage)
-        problems = conflicts(diverged) if diverged is not None else {}
+        problems = conflicts(diverged)
         rows: list[dict[str, Any]] = [
             {"file_id": f.file_id, "sha256": hashlib.sha256(f.content).hexdigest(),
              "lo": [lo for lo, _ in keep.get(f.file_id, ())], "hi": [hi for _, hi in keep.get(f.file_id, ())],
              "divergent": 0, "winners": 0, "conflict": problems.get(f.path)} for f in files]
-        rows.append({"divergent": diverged.num_rows if diverged is not None else 0, "winners": won,
-                     "conflict": None})
+        rows.append({"divergent": diverged.num_rows, "winners": won, "conflict": None})
         return pa.RecordBatch.from_pylist(rows, CHOICE)
 
     def run(batches: Iterable[list[Content]]) -> Iterator[pa.RecordBatch]:
@@ -137,46 +137,6 @@ def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity,
             if r["conflict"]:
                 out.conflicts[r["file_id"]] = r["conflict"]
     return out
-
-
-def join_runs(runs: list[tuple[int, int]], more: list[tuple[int, int]]) -> None:
-    """Append the inclusive ranges ``more`` (after those of ``runs``) to ``runs``, joining ranges that meet."""
-    for lo, hi in more:
-        if runs and runs[-1][1] + 1 == lo:
-            runs[-1] = (runs[-1][0], hi)
-        else:
-            runs.append((lo, hi))
-
-
-class Rows:
-    """Rows written to one Parquet file (opened by ``open`` at the first row) in row groups of at least ``group``
-    rows."""
-
-    def __init__(self, open: Callable[[], StreamingWriter], group: int = 1 << 16):
-        self.open, self.group = open, group
-        self.pending: list[pa.Table] = []
-        self.writer: StreamingWriter | None = None
-        self.rows = 0
-
-    def add(self, t: pa.Table) -> None:
-        if t.num_rows:
-            self.pending.append(t)
-            self.rows += t.num_rows
-            if sum(p.num_rows for p in self.pending) >= self.group:
-                self._write()
-
-    def _write(self) -> None:
-        if self.pending:
-            self.writer = self.writer or self.open()
-            self.writer.write(pa.concat_tables(self.pending))
-            self.pending = []
-
-    def close(self) -> int:
-        """Write what is left; the rows written."""
-        self._write()
-        if self.writer is not None:
-            self.writer.close()
-        return self.rows
 
 
 class LandRouter:

@@ -182,10 +182,12 @@ def write_parquet(table: str, root: str, data: pa.Table, storage: Storage, prefi
 
 
 class StreamingWriter:
-    """One Parquet file per table, written row group by row group (bounded memory)."""
+    """One Parquet file per table, written row group by row group (bounded memory); with ``group_rows``, tables are
+    held back until they make a row group of at least that many rows."""
 
-    def __init__(self, table: str, root: str, schema: pa.Schema, prefix: str, storage: Storage):
-        self.table, self.root, self.schema = table, root, schema
+    def __init__(self, table: str, root: str, schema: pa.Schema, prefix: str, storage: Storage, group_rows: int = 0):
+        self.table, self.root, self.schema, self.group_rows = table, root, schema, group_rows
+        self.pending: list[pa.Table] = []
         self.fs, base = storage.filesystem(root)
         self.rel = f"{prefix}part-{uuid.uuid4()}.zstd.parquet"
         self.full = base.rstrip("/") + "/" + self.rel
@@ -196,12 +198,19 @@ class StreamingWriter:
         self.stats: list[str] = []
 
     def write(self, t: pa.Table) -> None:
-        t = t.cast(self.schema)
-        self.writer.write_table(t)
-        self.rows += t.num_rows
-        self.stats.append(_stats(t))
+        self.pending.append(t)
+        if sum(p.num_rows for p in self.pending) >= self.group_rows:
+            self._write()
+
+    def _write(self) -> None:
+        if self.pending:
+            t, self.pending = pa.concat_tables(self.pending).cast(self.schema), []
+            self.writer.write_table(t)
+            self.rows += t.num_rows
+            self.stats.append(_stats(t))
 
     def close(self) -> StagedFile:
+        self._write()
         self.writer.close()
         self.stream.close()
         size = self.fs.get_file_info(self.full).size

@@ -164,6 +164,16 @@ def choose_in_parts(files: list[FileRef], indexer: FileIndexer | None = None,
             yield _part(list(segments.values()), rows)
 
 
+def join_runs(runs: list[tuple[int, int]], more: list[tuple[int, int]]) -> None:
+    """Append the inclusive ranges ``more`` (a later part's ``keep`` of a file) to ``runs``, joining ranges that
+    meet: the ranges ``choose`` gives for the parts together."""
+    for lo, hi in more:
+        if runs and runs[-1][1] + 1 == lo:
+            runs[-1] = (runs[-1][0], hi)
+        else:
+            runs.append((lo, hi))
+
+
 def _part(files: list[FileRef], index: pa.Table) -> Part:
     keep, divergence, wins = _decide(files, index)
     return Part(keep, divergence, index.filter(pa.array(wins)))
