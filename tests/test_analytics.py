@@ -229,3 +229,31 @@ def test_flapping_counts_unplanned_fences_in_an_hour(spark: Any) -> None:
     # the shutdown at 6 and the fenced re-registration at 7 are one period: fenced from 6 until unfenced at 8
     assert got == [(1, "startup", 0, False), (3, "fenced", 1, False), (6, "controlled_shutdown", 1, False),
                    (9, "fenced", 2, False), (11, "fenced", 3, True)]
+
+
+def test_the_partition_events_share_one_window_and_build_the_same_rows(spark: Any, sample: Any) -> None:
+    """The partition event tables build on one frame (``partition_versions``): kept, an analysis computes the window
+    over the partition history once, and every table it feeds has the rows it has without keeping."""
+    import dataclasses
+
+    from chispa import assert_df_equality
+    from pyspark.storagelevel import StorageLevel
+
+    from kraftlog.spark.analyze import Kept, inputs
+    from kraftlog.spark.store import open_store
+
+    wh, _ = sample
+    x = inputs(open_store(spark, str(wh)))
+    kept = Kept()
+    shared = dataclasses.replace(x, keep=kept.keeper())
+    tables = ["leader_elections", "isr_changes", "under_replicated", "reassignments", "topic_lifecycle"]
+    try:
+        for name in tables:
+            got = BUILDERS[name](shared)
+            assert_df_equality(got, BUILDERS[name](x), ignore_row_order=True, ignore_nullable=True)
+        assert len(kept.frames) == 1  # one window, whichever table asked first
+        assert kept.frames[0].storageLevel == StorageLevel.MEMORY_AND_DISK
+        assert kept.frames[0].count() > 0
+    finally:
+        kept.release()
+    assert not kept.frames

@@ -36,6 +36,13 @@ class Inputs:
     # versions holding then or later, or for tables kept by the hour (``HOURS``) the hour its rows begin
     since: Scope | None = None
     whole: Mapping[str, DataFrame] | None = None  # the histories of the same clusters, not cut at ``since``
+    # what an analysis does with a frame several builders build alike (``shared``): keeps it, computed once
+    keep: Callable[[str, DataFrame], DataFrame] | None = None
+
+    def shared(self, name: str, frame: DataFrame) -> DataFrame:
+        """``frame``, which several builders build alike from these inputs: where the analysis keeps such frames,
+        the one kept under ``name`` (computed once for all of them)."""
+        return frame if self.keep is None else self.keep(name, frame)
 
     def history(self, kind: str, whole: bool = False) -> DataFrame:
         """The history of ``kind``; ``whole``: every version, also in an incremental analysis (for small
@@ -80,14 +87,27 @@ def seconds_between(start: Column, end: Column) -> Column:
     return (F.unix_micros(end) - F.unix_micros(start)) / 1e6
 
 
-def with_previous(df: DataFrame, keys: list[str]) -> DataFrame:
-    """``df`` (history rows) with ``_prev``: the version this one replaced (null after a delete or at the start)."""
+def with_previous(df: DataFrame, keys: list[str], fields: list[str] | None = None) -> DataFrame:
+    """``df`` (history rows) with ``_prev``: the version this one replaced (null after a delete or at the start),
+    with ``fields`` of its columns (default: all; fewer make the window cheaper on a big history)."""
     w = Window.partitionBy(*keys).orderBy("valid_from_offset")
-    prev = F.lag(F.struct(*[c for c in df.columns if c not in keys])).over(w)
+    kept = [c for c in df.columns if c not in keys] if fields is None else ["ended_by", "valid_to_offset", *fields]
+    prev = F.lag(F.struct(*kept)).over(w)
     return (df.withColumn("_p", prev)
             .withColumn("_prev", F.when((F.col("_p.ended_by") == "update")
                                         & (F.col("_p.valid_to_offset") == F.col("valid_from_offset")), F.col("_p")))
             .drop("_p"))
+
+
+# what the partition events read of the version before
+PREVIOUS_PARTITION = ["leader", "isr", "elr", "leader_recovery_state"]
+
+
+def partition_versions(inputs: Inputs) -> DataFrame:
+    """The partition history with ``_prev`` (``with_previous``, with ``PREVIOUS_PARTITION``): the window every
+    partition event builds on, shared (``Inputs.shared``); without ``directories``, which no event reads."""
+    versions = with_previous(inputs.history("partitions").drop("directories"), PARTITION, PREVIOUS_PARTITION)
+    return inputs.shared("partition_versions", versions)
 
 
 def at_start(inputs: Inputs, df: DataFrame, offset: str = "valid_from_offset") -> DataFrame:
@@ -163,7 +183,7 @@ def explode_events(df: DataFrame, events: list[tuple[Column, dict[str, Column]]]
 def leader_elections(inputs: Inputs) -> DataFrame:
     """Every leader change of a partition, classified by what happened to the previous leader."""
     recovering = "RECOVERING"
-    p = with_previous(inputs.history("partitions"), PARTITION)
+    p = partition_versions(inputs)
     changed = p.filter(F.col("_prev").isNotNull() & (F.col("leader") != F.col("_prev.leader")))
     b = inputs.history("brokers").select(
         F.col("cluster_id").alias("_bc"), F.col("broker_id").alias("_bid"), F.col("valid_from_offset").alias("_bf"),
@@ -195,7 +215,7 @@ def leader_elections(inputs: Inputs) -> DataFrame:
 
 def isr_changes(inputs: Inputs) -> DataFrame:
     """Every change of a partition's ISR: shrink, expand, or both at once."""
-    p = with_previous(inputs.history("partitions"), PARTITION)
+    p = partition_versions(inputs)
     removed = F.array_except(F.col("_prev.isr"), F.col("isr"))
     added = F.array_except(F.col("isr"), F.col("_prev.isr"))
     changed = p.filter(F.col("_prev").isNotNull() & ((F.size(removed) > 0) | (F.size(added) > 0)))
@@ -218,7 +238,7 @@ def _partition_windows(inputs: Inputs, flagged: DataFrame, extra: list[Column]) 
 
 def under_replicated(inputs: Inputs) -> DataFrame:
     """Windows of consecutive partition versions with fewer in-sync replicas than replicas."""
-    p = with_previous(inputs.history("partitions"), PARTITION)
+    p = partition_versions(inputs)
     flagged = islands(p, PARTITION, F.size("isr") < F.size("replicas"))
     out = _partition_windows(inputs, flagged, [
         F.min(F.size("isr")).alias("min_isr_size"),
@@ -297,7 +317,7 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
 
 def reassignments(inputs: Inputs) -> DataFrame:
     """Reassignment episodes: consecutive versions with adding or removing replicas, and how they ended."""
-    p = with_previous(inputs.history("partitions"), PARTITION)
+    p = partition_versions(inputs)
     w = Window.partitionBy(*PARTITION).orderBy("valid_from_offset")
     p = p.withColumn("_next_replicas", F.lead("replicas").over(w))
     moving = (F.size("adding_replicas") + F.size("removing_replicas")) > 0
@@ -446,9 +466,8 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
                                           "batch_base_offset")
     partitions = inputs.history("partitions")
     keys = ["cluster_id", "topic_id", "partition_id"]
-    updated = (partitions.filter(F.col("ended_by") == "update")
-               .select(*keys, F.col("valid_to_offset").alias("valid_from_offset")))
-    born = (inputs.from_since(partitions, "valid_from_offset").join(updated, [*keys, "valid_from_offset"], "left_anti")
+    # (an update ending where a version begins holds from `since` on too: the versions from `since` on are all there)
+    born = (inputs.from_since(partition_versions(inputs).filter(F.col("_prev").isNull()), "valid_from_offset")
             .select(*keys, "valid_from_offset", F.col("valid_from").alias("_t"))
             .join(records, ["cluster_id", "valid_from_offset"], "left")
             .withColumn("_batch", F.coalesce("batch_base_offset", "valid_from_offset")))

@@ -21,15 +21,18 @@ Either way the tables end equal to a build from scratch (``tests/test_increments
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.storagelevel import StorageLevel
 
 from kraftlog.analytics.definitions import (
     CLUSTER,
@@ -224,8 +227,34 @@ def event_frames(x: Inputs, names: list[str] | None = None) -> dict[str, DataFra
     return {name: BUILDERS[name](x) for name in (names or list(event_tables()))}
 
 
-def planned_frames(store: TableStore, plan: EventPlan) -> list[tuple[TableDef, DataFrame, str | None]]:
-    """Per event table with rows to replace: its frame (only those rows) and the SQL of the rows it replaces.
+class Kept:
+    """The frames event builders share (``Inputs.shared``), persisted at first use so that a run computes each once,
+    and released (``release``) when the run has written its tables."""
+
+    def __init__(self) -> None:
+        self.frames: list[DataFrame] = []
+
+    def keeper(self) -> Callable[[str, DataFrame], DataFrame]:
+        """What one set of ``Inputs`` keeps its shared frames with (each set reads its own rows)."""
+        mine: dict[str, DataFrame] = {}
+
+        def keep(name: str, frame: DataFrame) -> DataFrame:
+            if name not in mine:
+                mine[name] = frame.persist(StorageLevel.MEMORY_AND_DISK)
+                self.frames.append(mine[name])
+            return mine[name]
+        return keep
+
+    def release(self) -> None:
+        for frame in self.frames:
+            frame.unpersist()
+        self.frames.clear()
+
+
+def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
+                   ) -> list[tuple[TableDef, DataFrame, str | None]]:
+    """Per event table with rows to replace: its frame (only those rows) and the SQL of the rows it replaces;
+    ``kept``: where the frames several tables build alike are kept (``release`` it once they are written).
 
     When every cluster goes on, a table is skipped if nothing it read changed since the cuts: no history it
     reads has a version begun or ended since, it reads no landed table, and it reads the log's end (where
@@ -237,6 +266,9 @@ def planned_frames(store: TableStore, plan: EventPlan) -> list[tuple[TableDef, D
     whole = inputs(store, clusters, plan.versions(CLUSTER), every)
     by_kind = {POINT: later, WINDOW: later, CLUSTER: whole,
                **{kind: inputs(store, clusters, plan.versions(kind), every, plan.reads(kind)) for kind in (HOURS, LOG)}}
+    if kept is not None:
+        by_kind = {kind: dataclasses.replace(x, keep=kept.keeper()) for kind, x in by_kind.items()}
+        by_kind[WINDOW] = by_kind[POINT]  # one set of inputs
     only_going_on = not (plan.everything or plan.rebuilt or plan.gone)
     changed = changed_kinds(every, plan) if only_going_on else set()
     any_open = any(cut.floor is not None for cut in plan.going_on.values())
@@ -264,7 +296,7 @@ class _Reader(Inputs):
             self.landed = True
             return inputs.table(name)
 
-        super().__init__(inputs.histories, table, inputs.ranges, inputs.since, inputs.whole)
+        super().__init__(inputs.histories, table, inputs.ranges, inputs.since, inputs.whole, inputs.keep)
 
     def history(self, kind: str, whole: bool = False) -> DataFrame:
         self.read.add(kind)
@@ -328,7 +360,11 @@ def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: li
     plan = plan_events(store, clusters, anew=full or bool(remade))
     log.info("analyze: %s", plan.line())
     rows = {name: 0 for name in tables}
-    rows.update(store.replace(planned_frames(store, plan), build_id))
+    kept = Kept()
+    try:
+        rows.update(store.replace(planned_frames(store, plan, kept), build_id))
+    finally:
+        kept.release()
     if plan.clusters or plan.gone:
         state = pa.Table.from_pylist(state_rows(store, plan, build_id), schema=state_table.schema)
         where = None if plan.everything else cluster_predicate([*plan.clusters, *plan.gone])

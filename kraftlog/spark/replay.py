@@ -13,13 +13,12 @@
 
 from __future__ import annotations
 
-import gc
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -182,12 +181,12 @@ class _Sink:
         self.tables = {t.name: t.schema for t in output_tables()}
         self.rows: dict[str, list[dict[str, Any]]] = {name: [] for name in self.tables}
         self.history = {kind: t.name for kind, t in history_tables().items()}
+        # history rows come with timestamps in ms: converted as such in one pass, then cast to the table's unit
+        self.in_ms = {t.name: pa.struct([f.with_type(pa.timestamp("ms", f.type.tz)) if pa.types.is_timestamp(f.type)
+                                         else f for f in t.schema]) for t in history_tables().values()}
         self.count = 0
 
     def version(self, kind: str, row: dict[str, Any]) -> None:
-        for c in ("valid_from", "valid_to"):  # ms -> the table's microseconds
-            if row[c] is not None:
-                row[c] *= 1000
         # current versions go to files of their own: the next build rewrites them, never the closed ones
         name = self.history[kind] if row["valid_to_offset"] is not None else self.history[kind] + FILE_PART + "open"
         self.rows.setdefault(name, []).append(row)
@@ -197,11 +196,17 @@ class _Sink:
         self.rows[table].append(row)
         self.count += 1
 
+    def _table(self, name: str, rows: list[dict[str, Any]]) -> pa.Table:
+        table = name.split(FILE_PART)[0]
+        schema = self.tables[table]
+        if table not in self.in_ms:
+            return pa.Table.from_pylist(rows, schema=schema)
+        return pa.Table.from_struct_array(pa.array(rows, type=self.in_ms[table])).cast(schema)
+
     def drain(self, at_least: int = 1) -> Iterator[dict[str, pa.Table]]:
         if self.count < at_least:
             return
-        out = {name: pa.Table.from_pylist(rows, schema=self.tables[name.split(FILE_PART)[0]])
-               for name, rows in self.rows.items() if rows}
+        out = {name: self._table(name, rows) for name, rows in self.rows.items() if rows}
         for rows in self.rows.values():
             rows.clear()
         self.count = 0
@@ -222,7 +227,7 @@ class _Replay:
     def restore(self, kind: str, data: str, offset: int, ms: int) -> None:
         """One current version the last build left: into the image and the open versions."""
         k = BY_NAME[kind]
-        row = json.loads(data)
+        row = orjson.loads(data)
         key = tuple(row[c] for c in k.key_names)
         value = {c: row[c] for c in k.value_names}
         self.replayer.image.entities[kind][key] = value
@@ -263,11 +268,22 @@ class _Replay:
             "problems": problems, "build_id": self.build_id, "built_at": self.built_at})
 
 
-def _record(data: str, fields: dict[int, tuple[str, ...]], version: int) -> dict[str, Any]:
+def _absent(sources: list[_Source]) -> dict[tuple[str, int], tuple[str, ...]]:
+    """Per record type and version, the stream's fields that version does not have (the decoder leaves them out)."""
+    out = {}
+    for s in sources:
+        every = {c for cols in s.columns_at.values() for c in cols}
+        for version, cols in s.columns_at.items():
+            out[(s.record_type, version)] = tuple(sorted(every - set(cols)))
+    return out
+
+
+def _record(data: str, absent: tuple[str, ...]) -> dict[str, Any]:
     """A record's fields as the decoder gives them (only those its version has)."""
-    value = json.loads(data)
-    names = fields.get(version)
-    return value if names is None else {c: value.get(c) for c in names}
+    value = orjson.loads(data)
+    for c in absent:
+        del value[c]
+    return value
 
 
 def _replay_partition(batches: Iterable[pa.RecordBatch], bases: dict[str, ClusterBase], sources: list[_Source],
@@ -278,7 +294,7 @@ def _replay_partition(batches: Iterable[pa.RecordBatch], bases: dict[str, Cluste
 
 def _replay_batches(batches: Iterable[pa.RecordBatch], bases: dict[str, ClusterBase], sources: list[_Source],
                     build_id: str, built_at: datetime, batch_rows: int) -> Iterator[dict[str, pa.Table]]:
-    fields = {s.record_type: s.columns_at for s in sources}
+    absent = _absent(sources)
     sink = _Sink()
     current: _Replay | None = None
     for batch in batches:
@@ -293,10 +309,9 @@ def _replay_batches(batches: Iterable[pa.RecordBatch], bases: dict[str, ClusterB
             if phase == END:
                 current.finish()
                 current = None
-                gc.collect()  # the finished replay's image (the replayer refers to itself through its dispatch)
                 continue
             rtype, version = cols["record_type"][i], cols["record_version"][i]
-            decoded = Decoded(None, rtype, version, _record(cols["_data"][i], fields[rtype], version))
+            decoded = Decoded(None, rtype, version, _record(cols["_data"][i], absent.get((rtype, version), ())))
             ev = Event(cols["log_offset"][i], cols["_ms"][i], cols["batch_epoch"][i], decoded, cols["value_hash"][i])
             if phase == SNAPSHOT:
                 current.snapshot_record(ev)

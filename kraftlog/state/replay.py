@@ -24,7 +24,7 @@ import functools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from kraftlog.schema.registry import load_schemas
 from kraftlog.state.entities import KINDS, MIGRATING, UNASSIGNED
@@ -124,34 +124,6 @@ class Replayer:
         self._mv_names = load_schemas().enums["metadataVersion"]
         self._zk_names = load_schemas().enums["zkMigrationState"]
         self._name = load_schemas().enum_name  # enum values enter the image as Kafka's names
-        self._dispatch: dict[str | None, Callable[[Value, int, int, int | None], object]] = {
-            "REGISTER_BROKER_RECORD": self._register_broker,
-            "UNREGISTER_BROKER_RECORD": self._unregister_broker,
-            "BROKER_REGISTRATION_CHANGE_RECORD": self._broker_change,
-            "FENCE_BROKER_RECORD": self._fence_broker,
-            "UNFENCE_BROKER_RECORD": self._unfence_broker,
-            "REGISTER_CONTROLLER_RECORD": self._register_controller,
-            "UNREGISTER_CONTROLLER_RECORD": self._unregister_controller,
-            "TOPIC_RECORD": self._topic,
-            "PARTITION_RECORD": self._partition,
-            "PARTITION_CHANGE_RECORD": self._partition_change,
-            "CLEAR_ELR_RECORD": self._clear_elr,
-            "REMOVE_TOPIC_RECORD": self._remove_topic,
-            "CONFIG_RECORD": self._config,
-            "CLIENT_QUOTA_RECORD": self._quota,
-            "PRODUCER_IDS_RECORD": self._producer_ids,
-            "ACCESS_CONTROL_ENTRY_RECORD": self._acl,
-            "REMOVE_ACCESS_CONTROL_ENTRY_RECORD": self._remove_acl,
-            "USER_SCRAM_CREDENTIAL_RECORD": self._scram_credential,
-            "REMOVE_USER_SCRAM_CREDENTIAL_RECORD": self._remove_scram_credential,
-            "DELEGATION_TOKEN_RECORD": self._delegation_token,
-            "REMOVE_DELEGATION_TOKEN_RECORD": self._remove_delegation_token,
-            "FEATURE_LEVEL_RECORD": self._feature,
-            "REMOVE_FEATURE_LEVEL_RECORD": self._remove_feature,
-            "ZK_MIGRATION_STATE_RECORD": self._zk_migration_state,
-            "KRaftVersion": self._kraft_version,
-            "KRaftVoters": self._voters,
-        }
 
     # -- the records whose rule is one set or delete (arguments: data, offset, timestamp, value hash) ---------
     def _fence_broker(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
@@ -252,16 +224,16 @@ class Replayer:
     @functools.cache
     def record_types() -> frozenset[str]:
         """The record types replay reads (every other type leaves the image as it is)."""
-        return frozenset(t for t in Replayer()._dispatch if t) | frozenset(MARKERS)
+        return frozenset(Replayer.RULES) | frozenset(MARKERS)
 
     # -- dispatch -------------------------------------------------------------------------------------
     def _apply(self, ev: Event, offset: int, timestamp: int) -> None:
         d = ev.decoded
-        if d.status != "ok" or d.data is None:
+        if d.status != "ok" or d.data is None or d.type is None:
             return
-        handler = self._dispatch.get(d.type)
-        if handler is not None:
-            handler(d.data, offset, timestamp, ev.value_hash)
+        rule = self.RULES.get(d.type)
+        if rule is not None:
+            rule(self, d.data, offset, timestamp, ev.value_hash)
 
     def _emit(self, change: Change) -> None:
         if self.on_change is not None:
@@ -482,3 +454,33 @@ class Replayer:
             self._delete("voters", key, o, t)
         for key, value in sorted(new.items()):
             self._set("voters", key, value, o, t)
+
+    # record type -> its rule, unbound: a replayer refers to nothing of its own, so it is freed as soon as dropped
+    RULES: ClassVar[dict[str, Callable[[Replayer, Value, int, int, int | None], object]]] = {
+        "REGISTER_BROKER_RECORD": _register_broker,
+        "UNREGISTER_BROKER_RECORD": _unregister_broker,
+        "BROKER_REGISTRATION_CHANGE_RECORD": _broker_change,
+        "FENCE_BROKER_RECORD": _fence_broker,
+        "UNFENCE_BROKER_RECORD": _unfence_broker,
+        "REGISTER_CONTROLLER_RECORD": _register_controller,
+        "UNREGISTER_CONTROLLER_RECORD": _unregister_controller,
+        "TOPIC_RECORD": _topic,
+        "PARTITION_RECORD": _partition,
+        "PARTITION_CHANGE_RECORD": _partition_change,
+        "CLEAR_ELR_RECORD": _clear_elr,
+        "REMOVE_TOPIC_RECORD": _remove_topic,
+        "CONFIG_RECORD": _config,
+        "CLIENT_QUOTA_RECORD": _quota,
+        "PRODUCER_IDS_RECORD": _producer_ids,
+        "ACCESS_CONTROL_ENTRY_RECORD": _acl,
+        "REMOVE_ACCESS_CONTROL_ENTRY_RECORD": _remove_acl,
+        "USER_SCRAM_CREDENTIAL_RECORD": _scram_credential,
+        "REMOVE_USER_SCRAM_CREDENTIAL_RECORD": _remove_scram_credential,
+        "DELEGATION_TOKEN_RECORD": _delegation_token,
+        "REMOVE_DELEGATION_TOKEN_RECORD": _remove_delegation_token,
+        "FEATURE_LEVEL_RECORD": _feature,
+        "REMOVE_FEATURE_LEVEL_RECORD": _remove_feature,
+        "ZK_MIGRATION_STATE_RECORD": _zk_migration_state,
+        "KRaftVersion": _kraft_version,
+        "KRaftVoters": _voters,
+    }
