@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +26,18 @@ def examples(n: int) -> int:
     """Hypothesis examples of a Spark-built property: ``n`` (what CI runs) times ``KRAFTLOG_EXAMPLES`` (``make
     proptest`` runs many more)."""
     return n * max(1, int(os.environ.get("KRAFTLOG_EXAMPLES", "1")))
+
+
+@contextlib.contextmanager
+def split_replays(parts: int = 3) -> Iterator[None]:
+    """Every cluster's replay split by topic into ``parts`` parts (``kraftlog.spark.replay.Layout``), however small
+    its log (as a big cluster's is on a machine of ``parts`` cores)."""
+    import kraftlog.spark.replay as replay_module
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(replay_module, "SPLIT_OFFSETS", 1)
+        mp.setattr(replay_module, "default_parallelism", lambda spark: parts)
+        yield
 
 
 def load_job(name: str) -> Any:

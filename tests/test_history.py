@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
-from conftest import SAMPLE, examples, load_job
+from conftest import SAMPLE, examples, load_job, split_replays
 from deltalake import DeltaTable
 from history_gen import GenCluster, clusters, write_cluster
 from hypothesis import HealthCheck, given, settings
@@ -116,6 +116,94 @@ def test_spark_histories_equal_a_sequential_replay_for_random_logs(spark: Any, t
         assert_same_histories(spark_rows(build), local_rows(root))
     finally:
         build.release()
+
+
+@settings(max_examples=examples(4), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(generated=clusters(n_min=14, n_max=20))
+def test_a_replay_split_by_topic_equals_a_sequential_replay_for_random_logs(spark: Any, tmp_path_factory: Any,
+                                                                           generated: list[GenCluster]) -> None:
+    """Every replay split into three parts by topic (``Replayer.BY_TOPIC``): the same histories as the sequential
+    replay, and the same ``replay_ranges`` rows as the replay not split (the parts' own problems, and the shared
+    records' once)."""
+    from collections import Counter
+
+    from kraftlog.spark.replay import Layout
+    from kraftlog.state.entities import replay_ranges_table
+
+    root = tmp_path_factory.mktemp("gen")
+    for c in generated:
+        write_cluster(root, c)
+    table = _in_memory_tables(spark, root)
+    store = open_store(spark, str(tmp_path_factory.mktemp("wh")))
+
+    def ranges(build: HistoryBuild) -> dict[str, Any]:
+        rows = [r.asDict() for r in store.read_staged(replay_ranges_table(), build.files).collect()]
+        return {r["cluster_id"]: {**r, "problems": Counter(r["problems"]), "build_id": None, "built_at": None}
+                for r in rows}
+
+    whole = build_histories(spark, store, table=table)
+    with split_replays(3):
+        build = build_histories(spark, store, table=table)
+        layout = Layout.of(build.bases, 3)
+    try:  # (every replay of 3 log offsets or more was split in 3)
+        assert all(layout.parts[b.cluster_id] == 3 for b in build.bases
+                   if b.last is not None and b.last - b.base.first >= 2)
+        assert_same_histories(spark_rows(build), local_rows(root))
+        assert ranges(build) == ranges(whole)
+        assert len(ranges(build)) == len(generated)  # one row per cluster, whatever its parts
+    finally:
+        build.release()
+        whole.release()
+
+
+def test_the_parts_of_split_replays_land_in_the_tasks_laid_out_for_them(spark: Any) -> None:
+    """``repartition`` places each part in the task ``Layout`` gave it (``task_key``: Spark's hash of an int), so no
+    two parts of a replay share a core while another core idles."""
+    from kraftlog.spark.replay import _murmur3_int, task_key
+
+    ints = spark.range(-500, 500).select(F.col("id").cast("int").alias("k"), F.hash(F.col("id").cast("int")).alias("h"))
+    assert all(_murmur3_int(r["k"]) == r["h"] for r in ints.collect())
+    for n in (1, 2, 3, 7, 16):
+        keys = [task_key(t, n) for t in range(n)]
+        df = spark.createDataFrame([(t, k) for t, k in enumerate(keys)], "task int, _task int").repartition(n, "_task")
+        placed = df.select("task", F.spark_partition_id().alias("p")).collect()
+        assert sorted((r["task"], r["p"]) for r in placed) == [(t, t) for t in range(n)], n
+
+
+def test_a_layout_splits_big_replays_and_balances_the_parts_over_the_cores() -> None:
+    from kraftlog.spark.bases import ClusterBase
+    from kraftlog.spark.replay import SPLIT_OFFSETS, Layout
+    from kraftlog.state.bases import Base
+
+    def base(cluster: str, offsets: int) -> ClusterBase:
+        return ClusterBase(cluster, cluster, Base(None, 0), offsets - 1)
+
+    big, small = base("big", 10 * SPLIT_OFFSETS), base("small", 1000)
+    layout = Layout.of([small, big], cores=4)
+    assert layout.parts == {"big": 4, "small": 1} and layout.n == 4
+    assert sorted(layout.tasks[("big", p)] for p in range(4)) == [0, 1, 2, 3]  # one core per part of the big one
+    assert Layout.of([big], cores=1).parts == {"big": 1}
+    assert Layout.of([base("mid", 2 * SPLIT_OFFSETS + 5)], cores=8).parts == {"mid": 2}
+
+
+def test_the_problems_of_the_parts_of_a_replay_merge_into_the_whole_replays() -> None:
+    from kraftlog.spark.replay import merge_problems
+    from kraftlog.state.replay import still_open
+
+    shared = ["offset 3: EndTransaction without BeginTransaction", "offset 9: RemoveTopic of unknown topic x"]
+    parts = [[shared[0], "offset 5: UnregisterBroker of unknown broker 4", shared[1]],
+             [shared[0], "offset 7: PartitionChangeRecord for unknown partition ('t', 0)", shared[1]],
+             [shared[0], shared[1], "offset 12: PartitionRecord for unknown topic u",
+              "offset 12: PartitionRecord for unknown topic u"]]
+    assert merge_problems(parts) == [
+        shared[0], "offset 5: UnregisterBroker of unknown broker 4",
+        "offset 7: PartitionChangeRecord for unknown partition ('t', 0)", shared[1],
+        "offset 12: PartitionRecord for unknown topic u", "offset 12: PartitionRecord for unknown topic u"]
+    assert merge_problems([["a"], ["a"]]) == ["a"]
+    # a transaction still open at the end: the records of each part (its own) add up
+    opened = [["offset 1: X", still_open(0, 2)], ["offset 1: X", still_open(0, 0)], ["offset 1: X", still_open(0, 3)]]
+    assert merge_problems(opened) == ["offset 1: X", still_open(0, 5)]
 
 
 def _in_memory_tables(spark: Any, root: Path) -> Any:

@@ -3,6 +3,7 @@ anything else replays or analyses the cluster anew, and the tables always equal 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import struct
 from dataclasses import replace
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SAMPLE, examples
+from conftest import SAMPLE, examples, split_replays
 from deltalake import DeltaTable
 from history_gen import GenCluster, clusters, write_cluster
 from hypothesis import HealthCheck, given, settings
@@ -86,9 +87,18 @@ def sample_built(spark: Any, tmp_path_factory: Any) -> Path:
     return fresh
 
 
-def test_a_growing_log_goes_on_from_the_last_build(spark: Any, tmp_path: Path, sample_built: Path) -> None:
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+def test_a_growing_log_goes_on_from_the_last_build(spark: Any, tmp_path: Path, sample_built: Path, split: bool
+                                                   ) -> None:
     """Cut where the sample's longest window is open (under-replicated, under min ISR or a reassignment), then
-    whole: the histories and the events go on, and the window is rebuilt from where it began."""
+    whole: the histories and the events go on, and the window is rebuilt from where it began. ``split``: every
+    replay split by topic into parts (as a big cluster's is), which gives every table of the build from scratch
+    (not split) all the same."""
+    with split_replays() if split else contextlib.nullcontext():
+        _grows(spark, tmp_path, sample_built)
+
+
+def _grows(spark: Any, tmp_path: Path, sample_built: Path) -> None:
     spans = [(r["to_offset"] - r["from_offset"], r["from_offset"], name)
              for name, t in event_tables().items() if increment_of(t) == WINDOW
              for r in DeltaTable(str(sample_built / name)).to_pyarrow_table().to_pylist() if r["to_offset"] is not None]

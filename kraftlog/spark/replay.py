@@ -3,40 +3,47 @@
 * **bases** (``kraftlog.spark.bases``): where each cluster's replay starts;
 * **stream**: the rows of the typed tables replay reads, each placed in the replay of its output
   cluster: the base snapshot's rows (in file order), then the log rows from the base on (in offset
-  order), then an end mark. Rows are hash-partitioned by output cluster and sorted inside each
-  partition, so one task replays whole clusters, one at a time;
+  order), then an end mark. A big cluster's replay is split by topic into parts (``Replayer.BY_TOPIC``:
+  one per ``SPLIT_OFFSETS`` log offsets it replays, at most one per core), so that its partitions
+  replay on several cores at once. Each part goes to a task of its own (``Layout``), whose rows are sorted,
+  so one task replays whole parts, one at a time;
 * **replay** (executors): ``kraftlog.state.replay.Replayer`` applies the stream exactly as the local
   commands do, ``kraftlog.state.history.Versions`` turns its changes into history rows as versions
-  close, and each cluster ends with its ``replay_ranges`` row. A task holds one cluster's image, never
-  its log, and writes the rows as Parquet files itself (only file metadata returns to the driver).
+  close, and each cluster ends with its ``replay_ranges`` row (a split cluster: the driver joins its
+  parts' rows into one). A task holds one part's image, never its log, and writes the rows as Parquet
+  files itself (only file metadata returns to the driver).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import heapq
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.events import valid_at
 from kraftlog.spark.bases import ClusterBase, TableSource
 from kraftlog.spark.predicates import Scope, of_clusters
 from kraftlog.spark.session import default_parallelism
-from kraftlog.spark.store import FILE_PART, StagedFile, TableStore
+from kraftlog.spark.store import FILE_PART, StagedFile, TableStore, read_staged, restage
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
 from kraftlog.state.history import Versions
-from kraftlog.state.replay import Event, Replayer
+from kraftlog.state.replay import Change, Event, Replayer, still_open, still_open_parts
 from kraftlog.tables.definitions import RECORD_KEY, TableDef, catalog, columns_at, typed_specs
 from kraftlog.wire.files import paused_gc
 from kraftlog.wire.messages import Decoded
 
 STATE, SNAPSHOT, LOG, END = -1, 0, 1, 2  # phases of one replay's stream, in order
 MAX_PROBLEMS = 100  # problems kept per replay_ranges row (a summary line counts the rest)
+SPLIT_OFFSETS = 400_000  # a cluster's replay gets one part per so many log offsets it replays (at most one per core)
 
 
 # -- the stream ---------------------------------------------------------------------------------------------
@@ -74,9 +81,10 @@ def _typed_rows(table: TableSource, source: _Source) -> DataFrame:
             *[f"_r_{c}" for c in RECORD_KEY])
     else:
         df = df.withColumn("value_hash", F.lit(None).cast("long"))
+    topic = F.col("topic_id") if source.record_type in Replayer.BY_TOPIC else F.lit(None).cast("string")
     return df.select("cluster_id", "source", "snapshot_id", "log_offset", "snapshot_seq", "batch_epoch",
                      F.unix_millis("timestamp").alias("_ms"), "record_version", "value_hash",
-                     F.lit(source.record_type).alias("record_type"),
+                     F.lit(source.record_type).alias("record_type"), topic.alias("_topic"),
                      F.to_json(F.struct(*data), {"ignoreNullFields": "false"}).alias("_data") if data
                      else F.lit("{}").alias("_data"))
 
@@ -96,19 +104,62 @@ def state_rows(histories: dict[str, DataFrame], resume: dict[str, int]) -> DataF
     ending = Scope.of([], resume, "valid_to_offset", open=True)
     for kind, df in histories.items():
         k = BY_NAME[kind]
+        topic = F.col("topic_id") if kind == Replayer.SPLIT_KIND else F.lit(None).cast("string")
         part = (ending.select(df).join(cut, "cluster_id").filter(held)
                 .select(F.col("cluster_id").alias("_out"), F.col("valid_from_offset").alias("log_offset"),
                         F.unix_millis("valid_from").alias("_ms"), F.lit(kind).alias("record_type"),
+                        topic.alias("_topic"),
                         F.to_json(F.struct(*k.key_names, *k.value_names), {"ignoreNullFields": "false"}).alias("_data"),
                         F.lit(STATE).alias("_phase"), F.lit(0).cast("long").alias("_seq")))
         out = part if out is None else out.unionByName(part)
     return out
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How the replays spread over tasks: the parts of each cluster's replay, and the task of each part."""
+
+    parts: dict[str, int]  # output cluster -> its parts (1: not split)
+    tasks: dict[tuple[str, int], int]  # (output cluster, part) -> task
+    n: int  # tasks
+
+    @classmethod
+    def of(cls, bases: list[ClusterBase], cores: int) -> Layout:
+        """One part per ``SPLIT_OFFSETS`` log offsets a cluster replays (at most ``cores``); the parts placed on
+        ``cores`` tasks, biggest first, each on the task with the fewest offsets so far."""
+        parts, size = {}, {}
+        for b in bases:
+            first = b.base.first if b.resume_from is None else b.resume_from
+            span = b.last - first + 1 if b.last is not None and first is not None else 0
+            parts[b.cluster_id] = max(1, min(cores, span // SPLIT_OFFSETS))
+            size[b.cluster_id] = span / parts[b.cluster_id] + 1
+        units = sorted(((c, p) for c, n in parts.items() for p in range(n)), key=lambda u: (-size[u[0]], u))
+        n = max(1, min(len(units), cores))
+        load, tasks = [0.0] * n, {}
+        for u in units:
+            t = min(range(n), key=load.__getitem__)
+            tasks[u] = t
+            load[t] += size[u[0]]
+        return cls(parts, tasks, n)
+
+
+def part_of(record_type: Column, topic: Column, phase: Column, parts: Column) -> Column:
+    """The parts of a split replay a stream row goes to (``Replayer.BY_TOPIC``): a BY_TOPIC record (or restored
+    partition) to its topic's, a TOPIC_WIDE record, a restored topic and the end mark to every part, the rest to
+    part 0."""
+    every = F.sequence(F.lit(0), parts - 1)
+    return (F.when(parts == 1, F.array(F.lit(0)))
+            .when(record_type.isin(*Replayer.BY_TOPIC, Replayer.SPLIT_KIND),
+                  F.array(F.pmod(F.xxhash64(topic), parts.cast("long")).cast("int")))
+            .when(record_type.isin(*Replayer.TOPIC_WIDE, Replayer.EVERY_PART_KIND) | (phase == END), every)
+            .otherwise(F.array(F.lit(0))))
+
+
 def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], sources: list[_Source],
-           state: DataFrame | None = None) -> DataFrame:
-    """Every replay's rows in application order, partitioned by output cluster (see the module docstring);
-    ``state`` (``state_rows``) restores the clusters that go on from their last build."""
+           state: DataFrame | None = None, layout: Layout | None = None) -> DataFrame:
+    """Every replay's rows in application order, each in the task of its part of its cluster's replay (see the
+    module docstring); ``state`` (``state_rows``) restores the clusters that go on from their last build."""
+    layout = layout or Layout.of(bases, default_parallelism(spark))
     rows: DataFrame | None = None
     for s in sources:
         part = _typed_rows(table, s)
@@ -119,7 +170,8 @@ def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], so
     log_plan = [(b.source_cluster, b.base.first if b.resume_from is None else b.resume_from, b.cluster_id)
                 for b in bases if b.last is not None]
     out = spark.createDataFrame([(b.cluster_id,) for b in bases], "_out string").select(
-        "_out", F.lit(END).alias("_phase"), F.lit(0).cast("long").alias("_seq"))
+        "_out", F.lit(END).alias("_phase"), F.lit(0).cast("long").alias("_seq"),
+        F.lit(None).cast("string").alias("record_type"), F.lit(None).cast("string").alias("_topic"))
     # each typed table is read only where replay reads it (Parquet skips the rest by its statistics): the base
     # snapshots, and each cluster's log from where its replay starts
     if snap_plan:
@@ -128,7 +180,7 @@ def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], so
                             & of_clusters(sorted({s for _, s, _ in snap_plan}), "snapshot_id"))
         out = out.unionByName(
             snaps.join(F.broadcast(plan), ["cluster_id", "snapshot_id"])
-            .select(*STREAM, F.lit(SNAPSHOT).alias("_phase"), F.col("snapshot_seq").alias("_seq")),
+            .select(*STREAM, "_topic", F.lit(SNAPSHOT).alias("_phase"), F.col("snapshot_seq").alias("_seq")),
             allowMissingColumns=True)
     if log_plan:
         plan = spark.createDataFrame(log_plan, "cluster_id string, _first long, _out string")
@@ -138,15 +190,43 @@ def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], so
         log = Scope.of([], firsts, "log_offset").select(rows.filter(F.col("source") == "log"))
         out = out.unionByName(
             log.join(F.broadcast(plan), "cluster_id").filter(F.col("log_offset") >= F.col("_first"))
-            .select(*STREAM, F.lit(LOG).alias("_phase"), F.col("log_offset").alias("_seq")),
+            .select(*STREAM, "_topic", F.lit(LOG).alias("_phase"), F.col("log_offset").alias("_seq")),
             allowMissingColumns=True)
     if state is not None:
         out = out.unionByName(state, allowMissingColumns=True)
-    n = max(1, min(len(bases), default_parallelism(spark)))
-    return out.repartition(n, "_out").sortWithinPartitions("_out", "_phase", "_seq")
+    parts = spark.createDataFrame(list(layout.parts.items()), "_out string, _parts int")
+    tasks = spark.createDataFrame([(c, p, task_key(t, layout.n)) for (c, p), t in layout.tasks.items()],
+                                  "_out string, _part int, _task int")
+    out = (out.join(F.broadcast(parts), "_out")
+           .withColumn("_part", F.explode(part_of(F.col("record_type"), F.col("_topic"), F.col("_phase"),
+                                                  F.col("_parts"))))
+           .join(F.broadcast(tasks), ["_out", "_part"]).drop("_parts", "_topic"))
+    return out.repartition(layout.n, "_task").sortWithinPartitions("_out", "_part", "_phase", "_seq")
 
 
 STREAM = ("_out", "log_offset", "_ms", "batch_epoch", "record_type", "record_version", "value_hash", "_data")
+
+
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's hash of an int column (``Murmur3_x86_32.hashInt``), which ``repartition`` places rows by."""
+    def mul(a: int, b: int) -> int:
+        return (a * b) & 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+    k = mul(rotl(mul(value & 0xFFFFFFFF, 0xCC9E2D51), 15), 0x1B873593)
+    h = (rotl(seed ^ k, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h ^= 4
+    h = mul(h ^ (h >> 16), 0x85EBCA6B)
+    h = mul(h ^ (h >> 13), 0xC2B2AE35)
+    h ^= h >> 16
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def task_key(task: int, n: int) -> int:
+    """A value of ``_task`` that ``repartition(n, "_task")`` places in partition ``task``: each part gets the task
+    the layout gave it (hashing the task numbers themselves could put two parts in one task, leaving a core idle)."""
+    return next(k for k in range(1 << 20) if _murmur3_int(k) % n == task)
 
 
 def replay(spark: SparkSession, store: TableStore, table: TableSource, bases: list[ClusterBase], build_id: str,
@@ -158,13 +238,78 @@ def replay(spark: SparkSession, store: TableStore, table: TableSource, bases: li
         return []
     sources = _sources()
     by_out = {b.cluster_id: b for b in bases}
+    layout = Layout.of(bases, default_parallelism(spark))
     built_at = datetime.now(UTC)
 
     def produce(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, pa.Table]]:
-        return _replay_partition(batches, by_out, sources, build_id, built_at)
+        return _replay_partition(batches, by_out, layout.parts, sources, build_id, built_at)
 
-    return store.stage_chunks(stream(spark, table, bases, sources, state), output_tables(), produce, build_id,
-                              scratch)
+    files = store.stage_chunks(stream(spark, table, bases, sources, state, layout), output_tables(), produce,
+                               build_id, scratch)
+    split = {c for c, n in layout.parts.items() if n > 1}
+    return join_parts(store, files, split) if split else files
+
+
+def join_parts(store: TableStore, files: list[StagedFile], split: set[str]) -> list[StagedFile]:
+    """``files`` with the ``replay_ranges`` rows of the parts of each split replay joined into one row per cluster
+    (``merge_problems``), in one file in place of the tasks' ``replay_ranges`` files."""
+    ranges = replay_ranges_table()
+    mine = [f for f in files if f.table == ranges.name]
+    by_cluster: dict[str, list[dict[str, Any]]] = {}
+    for row in read_staged(mine, store.storage).to_pylist():
+        by_cluster.setdefault(row["cluster_id"], []).append(row)
+    rows = []
+    for cluster, parts in by_cluster.items():
+        if cluster in split:
+            rows.append({**parts[0], "problems": _kept(merge_problems([p["problems"] for p in parts]))})
+        else:
+            rows.extend(parts)
+    joined = restage(mine, pa.Table.from_pylist(rows, schema=ranges.schema), store.storage)
+    return [f for f in files if f.table != ranges.name] + [joined]
+
+
+_AT = re.compile(r"offset (\d+):")
+
+
+def merge_problems(parts: list[list[str]]) -> list[str]:
+    """One replay's problems from those of its parts (``Replayer.BY_TOPIC``): a problem every part found once (the
+    shared records') is one problem, the others are the parts' own; in offset order. A transaction still open at
+    the end holds the records each part counted as its own."""
+    opened = [found for p in parts for found in map(still_open_parts, p) if found]
+    parts = [[x for x in p if not still_open_parts(x)] for p in parts]
+    end = [still_open(opened[0][0], sum(n for _, n in opened))] if opened else []
+    common = Counter(parts[0])
+    for p in parts[1:]:
+        common &= Counter(p)
+    lists = [_counted(parts[0], common, True)] + [_counted(p, common, False) for p in parts]
+
+    def keyed(problems: list[str]) -> list[tuple[int, str]]:
+        at, out = -1, []
+        for p in problems:  # a problem without an offset keeps the place of the one before it
+            m = _AT.match(p)
+            at = int(m.group(1)) if m else at
+            out.append((at, p))
+        return out
+    return [p for _, p in heapq.merge(*(keyed(p) for p in lists), key=lambda kp: kp[0])] + end
+
+
+def _counted(problems: list[str], counts: Counter[str], take: bool) -> list[str]:
+    """In order, the problems of ``problems`` that ``counts`` counts (``take``), or the others."""
+    left, out = Counter(counts), []
+    for p in problems:
+        counted = left[p] > 0
+        if counted:
+            left[p] -= 1
+        if counted == take:
+            out.append(p)
+    return out
+
+
+def _kept(problems: list[str]) -> list[str]:
+    """At most ``MAX_PROBLEMS`` problems, a summary line counting the rest."""
+    if len(problems) > MAX_PROBLEMS:
+        return [*problems[:MAX_PROBLEMS], f"... and {len(problems) - MAX_PROBLEMS} more problems"]
+    return problems
 
 
 def output_tables() -> list[TableDef]:
@@ -216,10 +361,12 @@ class _Sink:
 class _Replay:
     """One cluster's replay inside a task: snapshot rows gathered, then log rows applied one by one."""
 
-    def __init__(self, base: ClusterBase, sink: _Sink, build_id: str, built_at: datetime):
+    def __init__(self, base: ClusterBase, sink: _Sink, build_id: str, built_at: datetime, part: int = 0,
+                 parts: int = 1):
         self.base, self.sink, self.build_id, self.built_at = base, sink, build_id, built_at
+        self.part, self.parts = part, parts
         self.history = Versions(base.cluster_id, sink.version)
-        self.replayer = Replayer(self.history.add)
+        self.replayer = Replayer(self.history.add if part == 0 else _only_split(self.history.add))
         self.snapshot: list[Event] | None = [] if base.base.snapshot is not None and base.resume_from is None \
             else None
         self.replayer.problems.extend(base.carried)
@@ -231,7 +378,8 @@ class _Replay:
         key = tuple(row[c] for c in k.key_names)
         value = {c: row[c] for c in k.value_names}
         self.replayer.image.entities[kind][key] = value
-        self.history.resume(kind, key, offset, ms, value)
+        if self.part == 0 or kind == Replayer.SPLIT_KIND:  # (the topics every part holds are the first part's)
+            self.history.resume(kind, key, offset, ms, value)
 
     def snapshot_record(self, ev: Event) -> None:
         assert self.snapshot is not None, "snapshot rows of a replay without a base snapshot"
@@ -247,16 +395,18 @@ class _Replay:
         self._load()
         self.replayer.apply(ev)
 
+    def _owned(self, ev: Event) -> bool:
+        """Whether a record this part applies is its own (the first part's, or one of its topics')."""
+        return self.part == 0 or ev.decoded.type in Replayer.BY_TOPIC
+
     def finish(self) -> None:
         self._load()
         r = self.replayer
-        r.finish()
+        r.finish(None if self.parts == 1 else self._owned)
         self.history.finish()
         b = self.base
         snap = b.base.snapshot
         problems = [p for p in [b.base.problem] if p] + r.problems
-        if len(problems) > MAX_PROBLEMS:
-            problems = [*problems[:MAX_PROBLEMS], f"... and {len(problems) - MAX_PROBLEMS} more problems"]
         self.sink.add(replay_ranges_table().name, {
             "cluster_id": b.cluster_id, "base_snapshot_id": snap.snapshot_id if snap else None,
             "base_offset": snap.offset if snap else None,
@@ -265,7 +415,17 @@ class _Replay:
             "last_timestamp": b.last_ms * 1000 if b.last_ms is not None else None,
             "open_transaction_offset": r.open_transaction,
             "transaction_problems": sum(1 for p in r.problems if "Transaction" in p),
-            "problems": problems, "build_id": self.build_id, "built_at": self.built_at})
+            # (the parts of a split replay keep every problem: ``join_parts`` merges them, then cuts)
+            "problems": _kept(problems) if self.parts == 1 else problems, "build_id": self.build_id,
+            "built_at": self.built_at})
+
+
+def _only_split(add: Callable[[Change], None]) -> Callable[[Change], None]:
+    """``add`` for the changes a part of a split replay other than the first one owns: its partitions'."""
+    def owned(change: Change) -> None:
+        if change.kind == Replayer.SPLIT_KIND:
+            add(change)
+    return owned
 
 
 def _absent(sources: list[_Source]) -> dict[tuple[str, int], tuple[str, ...]]:
@@ -286,22 +446,25 @@ def _record(data: str, absent: tuple[str, ...]) -> dict[str, Any]:
     return value
 
 
-def _replay_partition(batches: Iterable[pa.RecordBatch], bases: dict[str, ClusterBase], sources: list[_Source],
-                      build_id: str, built_at: datetime, batch_rows: int = 1 << 16) -> Iterator[dict[str, pa.Table]]:
+def _replay_partition(batches: Iterable[pa.RecordBatch], bases: dict[str, ClusterBase], parts: dict[str, int],
+                      sources: list[_Source], build_id: str, built_at: datetime, batch_rows: int = 1 << 16
+                      ) -> Iterator[dict[str, pa.Table]]:
     with paused_gc():  # replay builds millions of acyclic dicts: the cyclic GC would rescan them, for nothing
-        yield from _replay_batches(batches, bases, sources, build_id, built_at, batch_rows)
+        yield from _replay_batches(batches, bases, parts, sources, build_id, built_at, batch_rows)
 
 
-def _replay_batches(batches: Iterable[pa.RecordBatch], bases: dict[str, ClusterBase], sources: list[_Source],
-                    build_id: str, built_at: datetime, batch_rows: int) -> Iterator[dict[str, pa.Table]]:
+def _replay_batches(batches: Iterable[pa.RecordBatch], bases: dict[str, ClusterBase], parts: dict[str, int],
+                    sources: list[_Source], build_id: str, built_at: datetime, batch_rows: int
+                    ) -> Iterator[dict[str, pa.Table]]:
     absent = _absent(sources)
     sink = _Sink()
     current: _Replay | None = None
     for batch in batches:
-        cols = {c: batch.column(c).to_pylist() for c in (*STREAM, "_phase")}
+        cols = {c: batch.column(c).to_pylist() for c in (*STREAM, "_phase", "_part")}
         for i, out in enumerate(cols["_out"]):
-            if current is None or current.base.cluster_id != out:
-                current = _Replay(bases[out], sink, build_id, built_at)
+            part = cols["_part"][i]
+            if current is None or current.base.cluster_id != out or current.part != part:
+                current = _Replay(bases[out], sink, build_id, built_at, part, parts[out])
             phase = cols["_phase"][i]
             if phase == STATE:
                 current.restore(cols["record_type"][i], cols["_data"][i], cols["log_offset"][i], cols["_ms"][i])

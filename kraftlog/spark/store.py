@@ -181,6 +181,27 @@ def write_parquet(table: str, root: str, data: pa.Table, storage: Storage, prefi
     return StagedFile(table, root, rel, int(size or 0), int(time.time() * 1000), data.num_rows, _stats(data))
 
 
+def read_staged(files: list[StagedFile], storage: Storage) -> pa.Table:
+    """The rows of staged ``files`` (small ones: read on the driver)."""
+    tables = []
+    for f in files:
+        filesystem, base = storage.filesystem(f.root)
+        with filesystem.open_input_file(base.rstrip("/") + "/" + f.path) as fh:
+            tables.append(pq.read_table(fh))
+    return pa.concat_tables(tables)
+
+
+def restage(files: list[StagedFile], data: pa.Table, storage: Storage) -> StagedFile:
+    """One staged file holding ``data`` in place of ``files`` (of one table, under one root), which are removed."""
+    first = files[0]
+    prefix = first.path.rsplit("/", 1)[0] + "/" if "/" in first.path else ""
+    out = write_parquet(first.table, first.root, data, storage, prefix)
+    for f in files:
+        filesystem, base = storage.filesystem(f.root)
+        filesystem.delete_file(base.rstrip("/") + "/" + f.path)
+    return out
+
+
 class StreamingWriter:
     """One Parquet file per table, written row group by row group (bounded memory); with ``group_rows``, tables are
     held back until they make a row group of at least that many rows."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -109,10 +110,37 @@ def _directories_from(replicas: list[int], directories: list[str], new_replicas:
     return [assignment.get(r, UNASSIGNED) for r in new_replicas]
 
 
+_STILL_OPEN = re.compile(r"transaction begun at offset (\d+) is still open at the end of the input: its (\d+) ")
+
+
+def still_open(begin: int, records: int) -> str:
+    """The problem of a metadata transaction still open at the end of the input (``still_open_parts`` reads it)."""
+    return f"transaction begun at offset {begin} is still open at the end of the input: its {records} record(s) are " \
+           "not applied"
+
+
+def still_open_parts(problem: str) -> tuple[int, int] | None:
+    """(begin offset, records) of a ``still_open`` problem, else None."""
+    m = _STILL_OPEN.match(problem)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 class Replayer:
     """Applies events to an ``Image`` and reports every entity change to ``on_change``."""
 
     HASHED = frozenset({"USER_SCRAM_CREDENTIAL_RECORD"})  # types whose Event.value_hash the image keeps
+    # A replay can be split by topic, into parts that each hold the partitions of some topics
+    # (``kraftlog.spark.replay`` spreads a big cluster over several tasks so):
+    # - the rules of BY_TOPIC records read and change the partitions of one topic, and read the topics;
+    # - TOPIC_WIDE records (and the transaction markers) are applied by every part: their rules change the topics
+    #   every part reads, and the partitions of each part;
+    # - every other record, and every entity kind but SPLIT_KIND, belongs to the first part (every part holds the
+    #   topics, EVERY_PART_KIND, in its image).
+    # Each partition then goes through the same changes as in the whole replay, and so do the topics in every part;
+    # a problem found by every part is one problem of the whole replay (problems of BY_TOPIC records name the topic).
+    BY_TOPIC = frozenset({"PARTITION_RECORD", "PARTITION_CHANGE_RECORD"})
+    TOPIC_WIDE = frozenset({"TOPIC_RECORD", "REMOVE_TOPIC_RECORD", "CLEAR_ELR_RECORD", *MARKERS})
+    SPLIT_KIND, EVERY_PART_KIND = "partitions", "topics"
 
     def __init__(self, on_change: Callable[[Change], None] | None = None):
         self.image = Image()
@@ -210,11 +238,13 @@ class Replayer:
             self._apply(ev, ev.offset, ev.timestamp)
         self.image.offset, self.image.timestamp = ev.offset, ev.timestamp
 
-    def finish(self) -> None:
-        """End of input: a transaction still open is not applied (reported)."""
+    def finish(self, counted: Callable[[Event], bool] | None = None) -> None:
+        """End of input: a transaction still open is not applied (reported with how many of its records ``counted``:
+        all by default; a part of a split replay counts those it owns)."""
         if self._txn is not None:
-            self.problems.append(f"transaction begun at offset {self._txn_begin} is still open at the end of the "
-                                 f"input: its {len(self._txn)} record(s) are not applied")
+            assert self._txn_begin is not None
+            n = len(self._txn) if counted is None else sum(1 for ev in self._txn if counted(ev))
+            self.problems.append(still_open(self._txn_begin, n))
 
     @property
     def open_transaction(self) -> int | None:
@@ -325,8 +355,8 @@ class Replayer:
         replicas = list(d["replicas"])
         dirs = d.get("directories")
         if dirs and len(dirs) != len(replicas):
-            self.problems.append(f"offset {o}: PartitionRecord with {len(dirs)} directories for "
-                                 f"{len(replicas)} replicas")
+            self.problems.append(f"offset {o}: PartitionRecord for {(d['topic_id'], d['partition_id'])} with "
+                                 f"{len(dirs)} directories for {len(replicas)} replicas")
             return
         self._set("partitions", (d["topic_id"], d["partition_id"]), {
             "topic_name": topic["name"], "replicas": replicas, "isr": list(d["isr"]),
@@ -350,8 +380,8 @@ class Replayer:
         if dirs:
             n = len(d["replicas"]) if d.get("replicas") is not None else len(p["replicas"])
             if n != len(dirs):  # checkDirectories, or the PartitionRegistration constructor
-                self.problems.append(f"offset {o}: PartitionChangeRecord with {len(dirs)} directories for "
-                                     f"{n} replicas")
+                self.problems.append(f"offset {o}: PartitionChangeRecord for {key} with {len(dirs)} directories "
+                                     f"for {n} replicas")
                 return
             new_dirs = list(dirs)
         elif d.get("replicas") is not None:
@@ -371,7 +401,7 @@ class Replayer:
         recovery = d.get("leader_recovery_state", -1)
         if recovery != -1:
             if recovery not in (0, 1):
-                self.problems.append(f"offset {o}: invalid leader recovery state {recovery}")
+                self.problems.append(f"offset {o}: invalid leader recovery state {recovery} for {key}")
                 return
             new["leader_recovery_state"] = self._name("leaderRecoveryState", recovery)
         new["partition_epoch"] = p["partition_epoch"] + 1
