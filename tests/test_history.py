@@ -158,14 +158,14 @@ def test_a_replay_split_by_topic_equals_a_sequential_replay_for_random_logs(spar
 
 
 def test_the_parts_of_split_replays_land_in_the_tasks_laid_out_for_them(spark: Any) -> None:
-    """``repartition`` places each part in the task ``Layout`` gave it (``task_key``: Spark's hash of an int), so no
+    """``repartition`` places each part in the task ``Layout`` gave it (``task_keys``: Spark's hash of an int), so no
     two parts of a replay share a core while another core idles."""
-    from kraftlog.spark.replay import _murmur3_int, task_key
+    from kraftlog.spark.replay import _murmur3_int, task_keys
 
     ints = spark.range(-500, 500).select(F.col("id").cast("int").alias("k"), F.hash(F.col("id").cast("int")).alias("h"))
     assert all(_murmur3_int(r["k"]) == r["h"] for r in ints.collect())
     for n in (1, 2, 3, 7, 16):
-        keys = [task_key(t, n) for t in range(n)]
+        keys = task_keys(n)
         df = spark.createDataFrame([(t, k) for t, k in enumerate(keys)], "task int, _task int").repartition(n, "_task")
         placed = df.select("task", F.spark_partition_id().alias("p")).collect()
         assert sorted((r["task"], r["p"]) for r in placed) == [(t, t) for t in range(n)], n

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 import heapq
 import re
 from collections import Counter
@@ -195,7 +196,8 @@ def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], so
     if state is not None:
         out = out.unionByName(state, allowMissingColumns=True)
     parts = spark.createDataFrame(list(layout.parts.items()), "_out string, _parts int")
-    tasks = spark.createDataFrame([(c, p, task_key(t, layout.n)) for (c, p), t in layout.tasks.items()],
+    keys = task_keys(layout.n)
+    tasks = spark.createDataFrame([(c, p, keys[t]) for (c, p), t in layout.tasks.items()],
                                   "_out string, _part int, _task int")
     out = (out.join(F.broadcast(parts), "_out")
            .withColumn("_part", F.explode(part_of(F.col("record_type"), F.col("_topic"), F.col("_phase"),
@@ -223,10 +225,17 @@ def _murmur3_int(value: int, seed: int = 42) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-def task_key(task: int, n: int) -> int:
-    """A value of ``_task`` that ``repartition(n, "_task")`` places in partition ``task``: each part gets the task
-    the layout gave it (hashing the task numbers themselves could put two parts in one task, leaving a core idle)."""
-    return next(k for k in range(1 << 20) if _murmur3_int(k) % n == task)
+@functools.cache
+def task_keys(n: int) -> tuple[int, ...]:
+    """Values of ``_task`` that ``repartition(n, "_task")`` places in partitions 0, 1, ... n - 1: each part gets the
+    task the layout gave it (hashing the task numbers themselves could put two parts in one task, leaving a core
+    idle)."""
+    keys: dict[int, int] = {}
+    k = 0
+    while len(keys) < n:
+        keys.setdefault(_murmur3_int(k) % n, k)
+        k += 1
+    return tuple(keys[t] for t in range(n))
 
 
 def replay(spark: SparkSession, store: TableStore, table: TableSource, bases: list[ClusterBase], build_id: str,
