@@ -34,7 +34,7 @@ from kraftlog.analytics.events import valid_at
 from kraftlog.spark.bases import ClusterBase, TableSource
 from kraftlog.spark.predicates import Scope, of_clusters
 from kraftlog.spark.session import default_parallelism
-from kraftlog.spark.store import FILE_PART, StagedFile, TableStore, read_staged, restage
+from kraftlog.spark.store import FILE_PART, StagedFile, TableStore, restage, staged_rows
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
 from kraftlog.state.history import Versions
 from kraftlog.state.replay import Change, Event, Replayer, still_open, still_open_parts
@@ -157,10 +157,9 @@ def part_of(record_type: Column, topic: Column, phase: Column, parts: Column) ->
 
 
 def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], sources: list[_Source],
-           state: DataFrame | None = None, layout: Layout | None = None) -> DataFrame:
-    """Every replay's rows in application order, each in the task of its part of its cluster's replay (see the
-    module docstring); ``state`` (``state_rows``) restores the clusters that go on from their last build."""
-    layout = layout or Layout.of(bases, default_parallelism(spark))
+           layout: Layout, state: DataFrame | None = None) -> DataFrame:
+    """Every replay's rows in application order, each in the task ``layout`` gives its part of its cluster's replay
+    (see the module docstring); ``state`` (``state_rows``) restores the clusters that go on from their last build."""
     rows: DataFrame | None = None
     for s in sources:
         part = _typed_rows(table, s)
@@ -253,7 +252,7 @@ def replay(spark: SparkSession, store: TableStore, table: TableSource, bases: li
     def produce(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, pa.Table]]:
         return _replay_partition(batches, by_out, layout.parts, sources, build_id, built_at)
 
-    files = store.stage_chunks(stream(spark, table, bases, sources, state, layout), output_tables(), produce,
+    files = store.stage_chunks(stream(spark, table, bases, sources, layout, state), output_tables(), produce,
                                build_id, scratch)
     split = {c for c, n in layout.parts.items() if n > 1}
     return join_parts(store, files, split) if split else files
@@ -265,7 +264,7 @@ def join_parts(store: TableStore, files: list[StagedFile], split: set[str]) -> l
     ranges = replay_ranges_table()
     mine = [f for f in files if f.table == ranges.name]
     by_cluster: dict[str, list[dict[str, Any]]] = {}
-    for row in read_staged(mine, store.storage).to_pylist():
+    for row in staged_rows(mine, store.storage).to_pylist():
         by_cluster.setdefault(row["cluster_id"], []).append(row)
     rows = []
     for cluster, parts in by_cluster.items():

@@ -181,12 +181,12 @@ def write_parquet(table: str, root: str, data: pa.Table, storage: Storage, prefi
     return StagedFile(table, root, rel, int(size or 0), int(time.time() * 1000), data.num_rows, _stats(data))
 
 
-def read_staged(files: list[StagedFile], storage: Storage) -> pa.Table:
-    """The rows of staged ``files`` (small ones: read on the driver)."""
+def staged_rows(files: list[StagedFile], storage: Storage) -> pa.Table:
+    """The rows of staged ``files``, read here (small ones; ``TableStore.read_staged`` reads them with Spark)."""
     tables = []
     for f in files:
-        filesystem, base = storage.filesystem(f.root)
-        with filesystem.open_input_file(base.rstrip("/") + "/" + f.path) as fh:
+        filesystem, path = storage.filesystem(join(f.root, f.path))
+        with filesystem.open_input_file(path) as fh:
             tables.append(pq.read_table(fh))
     return pa.concat_tables(tables)
 
@@ -197,8 +197,8 @@ def restage(files: list[StagedFile], data: pa.Table, storage: Storage) -> Staged
     prefix = first.path.rsplit("/", 1)[0] + "/" if "/" in first.path else ""
     out = write_parquet(first.table, first.root, data, storage, prefix)
     for f in files:
-        filesystem, base = storage.filesystem(f.root)
-        filesystem.delete_file(base.rstrip("/") + "/" + f.path)
+        filesystem, path = storage.filesystem(join(f.root, f.path))
+        filesystem.delete_file(path)
     return out
 
 
