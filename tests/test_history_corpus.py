@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from event_oracle import evaluated, under_min_isr_rows
 from test_history import assert_same_histories, local_rows, spark_rows
 
 from kraftlog.config import Config
@@ -93,6 +94,7 @@ def test_event_tables_over_every_cluster(spark: Any, corpus_warehouse: Path) -> 
     assert kinds <= ELECTION_KINDS and {"failover", "controlled_shutdown"} <= kinds
     leaders = {r.cluster_id for r in events["controller_leadership"].select("cluster_id").distinct().collect()}
     assert leaders == log_clusters  # every log has at least one epoch
+    assert under_min_isr_rows(wh) == evaluated(wh)  # evaluated point by point
     for name, df in events.items():
         assert df.filter(F.col("cluster_id").isNull()).count() == 0, name
 

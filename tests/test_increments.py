@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from conftest import SAMPLE, examples, split_replays
 from deltalake import DeltaTable
+from event_oracle import evaluated, under_min_isr_rows
 from history_gen import GenCluster, clusters, write_cluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -77,6 +78,7 @@ def assert_same_as_a_full_build(spark: Any, inputs: Path, wh: Path, scratch: Pat
         land_and_build(spark, inputs, fresh, full=True)
     for name in BUILT:
         assert table_rows(str(wh / name)) == table_rows(str(fresh / name)), name
+    assert under_min_isr_rows(fresh) == evaluated(fresh)  # evaluated point by point
 
 
 @pytest.fixture(scope="module")

@@ -248,15 +248,23 @@ def under_replicated(inputs: Inputs) -> DataFrame:
 
 def under_min_isr(inputs: Inputs) -> DataFrame:
     """Windows with ISR < min.insync.replicas in force, evaluated at every partition change and every change of
-    a min.insync.replicas config that applies to the partition."""
+    a min.insync.replicas config that applies to the partition.
+
+    The partition's state at each point is the version begun last at or before it (an as-of window over the
+    points and the versions in offset order, not a join of every point with every version of its partition)."""
     topic, broker = "TOPIC", "BROKER"
     parts = inputs.history("partitions")
     mir = (inputs.history("configs").filter(F.col("name") == "min.insync.replicas")
            .withColumn("_v", F.col("value").try_cast("int")))
-    # evaluation points: each partition version, each deletion, each min.insync.replicas boundary
-    points = parts.select(*PARTITION, F.col("valid_from_offset").alias("at"), F.col("valid_from").alias("at_time"))
+    # evaluation points: each partition version (which carries its state), each deletion, each min.insync.replicas
+    # boundary
+    state = F.struct(F.col("valid_to_offset").alias("to"), F.col("topic_name").alias("name"),
+                     F.size("isr").alias("isr"), F.col("leader").alias("leader"))
+    no_state = F.lit(None).cast(parts.select(state.alias("s")).schema["s"].dataType)
+    points = parts.select(*PARTITION, F.col("valid_from_offset").alias("at"), F.col("valid_from").alias("at_time"),
+                          state.alias("_state"))
     points = points.unionByName(parts.filter(F.col("ended_by") == "delete").select(
-        *PARTITION, F.col("valid_to_offset").alias("at"), F.col("valid_to").alias("at_time")))
+        *PARTITION, F.col("valid_to_offset").alias("at"), F.col("valid_to").alias("at_time"), no_state.alias("_state")))
     bounds = mir.select("cluster_id", "resource_type", "resource_name", F.col("valid_from_offset").alias("at"),
                         F.col("valid_from").alias("at_time")).unionByName(
         mir.filter(F.col("valid_to_offset").isNotNull()).select(
@@ -269,24 +277,28 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
     def touched(scope: Column, match: Column) -> DataFrame:  # the partition versions a boundary applies to
         return (bounds.filter(scope).join(live, (F.col("_pc") == F.col("cluster_id")) & match
                                           & valid_at(F.col("at"), "_f", "_t"))
-                .select(*PARTITION, "at", "at_time"))
+                .select(*PARTITION, "at", "at_time", no_state.alias("_state")))
 
     # a topic's config, its leader's broker config (equi-joins), the cluster default (every partition)
     points = (points.unionByName(touched(F.col("resource_type") == topic, F.col("resource_name") == F.col("_pn")))
               .unionByName(touched((F.col("resource_type") == broker) & (F.col("resource_name") != ""),
                                    F.col("resource_name") == F.col("_pl")))
               .unionByName(touched((F.col("resource_type") == broker) & (F.col("resource_name") == ""), F.lit(True))))
-    if inputs.since is not None:  # from `since` on: every point, and the state at `since` itself (a point of its own)
-        at_cut = parts.join(inputs.cuts(parts), "cluster_id").filter(valid_at(F.col("since"))).select(
-            *PARTITION, F.col("since").alias("at"), F.lit(None).cast("timestamp").alias("at_time"))
-        points = inputs.from_since(points, "at").unionByName(at_cut)
-    points = points.groupBy(*PARTITION, "at").agg(F.max("at_time").alias("at_time"))
-    # the partition and the configs as of each point
-    state = parts.select(*[F.col(c).alias(f"_s_{c}") for c in PARTITION], F.col("valid_from_offset").alias("_sf"),
-                         F.col("valid_to_offset").alias("_st"), F.col("topic_name").alias("_name"),
-                         F.size("isr").alias("_isr"), F.col("leader").alias("_leader"))
-    j = points.join(state, [F.col(c) == F.col(f"_s_{c}") for c in PARTITION]
-                    + [valid_at(F.col("at"), "_sf", "_st")], "left")
+    if inputs.since is not None:  # the state at `since` itself is a point of its own
+        points = points.unionByName(parts.join(inputs.cuts(parts), "cluster_id").filter(valid_at(F.col("since")))
+                                    .select(*PARTITION, F.col("since").alias("at"),
+                                            F.lit(None).cast("timestamp").alias("at_time"), no_state.alias("_state")))
+    # one row per point (its latest time), with the partition as of it: the version begun last at or before it,
+    # while it holds
+    w = Window.partitionBy(*PARTITION).orderBy("at")
+    here = w.rangeBetween(0, 0)
+    s = F.last("_state", ignorenulls=True).over(w.rangeBetween(Window.unboundedPreceding, 0))
+    j = (points.withColumn("_s", s).withColumn("at_time", F.max("at_time").over(here))
+         .withColumn("_peer", F.lag("at").over(w) == F.col("at")).filter(~F.coalesce("_peer", F.lit(False))))
+    j = inputs.from_since(j, "at")
+    holds = F.col("_s").isNotNull() & (F.col("_s.to").isNull() | (F.col("_s.to") > F.col("at")))
+    j = j.select(*PARTITION, "at", "at_time", F.when(holds, F.col("_s")).alias("_s"))
+    j = j.select("*", *[F.col(f"_s.{c}").alias(f"_{c}") for c in ("name", "isr", "leader")])
 
     def config(df: DataFrame, label: str, rtype: str, name: Column) -> DataFrame:
         c = mir.select(F.col("cluster_id").alias(f"_{label}_c"), F.col("resource_type").alias(f"_{label}_t"),
@@ -300,8 +312,7 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
     j = j.withColumn("_mir", F.coalesce("_topic_v", "_broker_v", "_cluster_v", F.lit(1))).withColumn(
         "_source", F.when(F.col("_topic_v").isNotNull(), "topic").when(F.col("_broker_v").isNotNull(), "broker")
         .when(F.col("_cluster_v").isNotNull(), "cluster_default").otherwise("kafka_default"))
-    j = j.withColumn("_flag", F.col("_sf").isNotNull() & (F.col("_isr") < F.col("_mir")))
-    w = Window.partitionBy(*PARTITION).orderBy("at")
+    j = j.withColumn("_flag", F.col("_s").isNotNull() & (F.col("_isr") < F.col("_mir")))
     backwards = Window.partitionBy(*PARTITION).orderBy(F.col("at").desc())
     j = (j.withColumn("_start", F.col("_flag") & ~F.coalesce(F.lag("_flag").over(w), F.lit(False)))
          .withColumn("_island", F.sum(F.col("_start").cast("int")).over(w.rowsBetween(*RUNNING)))
