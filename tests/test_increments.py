@@ -27,6 +27,7 @@ from kraftlog.spark.bases import ClusterBase, cluster_bases
 from kraftlog.spark.history import ReconstructResult, landed, reconstruct
 from kraftlog.spark.increments import plan_build
 from kraftlog.spark.ingest import ingest
+from kraftlog.spark.landed import Landed
 from kraftlog.spark.predicates import SQL_TERMS, Scope
 from kraftlog.spark.store import store_for
 from kraftlog.state.entities import history_tables
@@ -421,7 +422,6 @@ def test_the_landed_log_tables_go_on_from_what_landed_since(spark: Any, tmp_path
     from kraftlog.analytics.events import BUILDERS
     from kraftlog.spark.analyze import gaps_after
     from kraftlog.spark.analyze import inputs as analyze_inputs
-    from kraftlog.spark.landed import Landed
     from kraftlog.spark.store import open_store
 
     # 9,000 records a second apart from 22:13:20: the hours 22:00, 23:00 and 00:00
@@ -436,7 +436,7 @@ def test_the_landed_log_tables_go_on_from_what_landed_since(spark: Any, tmp_path
         _, events = land_build_analyze(spark, inputs, wh)
         store = open_store(spark, str(wh))
         whole = analyze_inputs(store)
-        for name in ("log_health", "log_gaps"):  # as a build of every landed row makes them
+        for name in ("log_health", "log_gaps", "controller_leadership"):  # as a build of every landed row makes them
             built = BUILDERS[name](whole).toArrow().cast(event_tables()[name].schema)
             assert table_rows(str(wh / name)) == arrow_rows(built), name
         return events
@@ -447,6 +447,7 @@ def test_the_landed_log_tables_go_on_from_what_landed_since(spark: Any, tmp_path
     plan = events.plan
     assert list(plan.going_on) == ["c"] and plan.landed["c"].first == 6000, events.line()
     assert plan.gaps_after == {"c": 5999} and plan.since(HOURS) == {"c": hour[1]}
+    assert plan.epochs_after == {"c": -1}  # one epoch, from the first offset: its row is rebuilt
     assert events.rows["log_health"] == 2 and events.rows["log_gaps"] == 0  # 23:00 and 00:00; no gap after 5999
     store = open_store(spark, str(wh))
     gap = DeltaTable(str(wh / "log_gaps")).to_pyarrow_table().to_pylist()[0]
@@ -500,9 +501,8 @@ def test_scopes_cut_at_instants_and_after_run_ids_select_in_spark_and_delta_rs_a
 def test_the_landed_log_tables_read_only_the_clusters_they_rebuild_rows_of() -> None:
     """A cluster going on with nothing landed since is neither read nor written by the ``HOURS`` and ``LOG`` tables;
     one whose ledger does not tell (no ``landed`` entry) is read and written whole, as a cluster analysed anew."""
-    from kraftlog.analytics.definitions import CLUSTER, HOURS, LOG, POINT
+    from kraftlog.analytics.definitions import CLUSTER, EPOCHS, HOURS, LOG, POINT
     from kraftlog.spark.analyze import Cut, EventPlan
-    from kraftlog.spark.landed import Landed
 
     hour = datetime(2026, 1, 1, 10, tzinfo=UTC)
     plan = EventPlan(False, rebuilt=["r"], going_on={"quiet": Cut(5), "new": Cut(7), "unsure": Cut(9)}, gone=["g"],
@@ -511,6 +511,52 @@ def test_the_landed_log_tables_read_only_the_clusters_they_rebuild_rows_of() -> 
     assert plan.rows(HOURS) == Scope.of(["r", "unsure", "g"], {"new": hour}, "hour")
     assert plan.reads(LOG) == Scope.of(["r", "unsure"], {"new": 11})
     assert plan.rows(LOG) == Scope.of(["r", "unsure", "g"], {"new": 12}, "from_offset")
+    epochs = replace(plan, epochs_after={"new": 3})
+    assert epochs.reads(EPOCHS) == Scope.of(["r", "unsure"], {"new": 3})
+    assert epochs.rows(EPOCHS) == Scope.of(["r", "unsure", "g"], {"new": 4}, "from_offset")
     quiet = replace(plan, landed={"quiet": Landed(None, None, None), "new": Landed(None, None, None)}, gaps_after={})
     assert quiet.reads(HOURS) == Scope.of(["r", "unsure"], {})  # not every cluster of the plan whole
     assert plan.reads(CLUSTER) is None and plan.reads(POINT) == Scope.of(["r"], {"quiet": 5, "new": 7, "unsure": 9})
+
+
+def test_controller_leadership_goes_on_from_the_epoch_before_the_one_that_grew(spark: Any, tmp_path: Path) -> None:
+    """The epoch holding the last offset landed before the new records, and every later one, are rebuilt from the
+    last record of the epoch before (which gives the failover its time): no earlier record is read. New records of
+    an older epoch than that one (epochs not rising with offsets, which Kafka does not write) rebuild the cluster.
+    Each step writes what a build from scratch writes."""
+    from history_gen import _batches
+
+    from kraftlog.analytics.definitions import EPOCHS
+    from kraftlog.analytics.events import BUILDERS
+    from kraftlog.spark.analyze import epochs_after
+    from kraftlog.spark.analyze import inputs as analyze_inputs
+
+    noops = [("meta", "NO_OP_RECORD", 0, {})] * 100
+    source = tmp_path / "src"
+    write_cluster(source, GenCluster("c", []))
+    ts0 = 1_700_000_000_000
+    segment = source / "c" / "__cluster_metadata-0" / f"{0:020d}.log"  # epochs 4, 5, 7, then 3 from offset 300
+    segment.write_bytes(b"".join(_batches(noops, 100 * i, ts0, epoch, [10]) for i, epoch in enumerate((4, 5, 7, 3))))
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+
+    def step(end: int) -> AnalyzeResult:
+        _, events = land_build_analyze(spark, copy_upto(source, inputs, end), wh)
+        return events
+
+    step(150)  # epochs 4 and 5 (half)
+    events = step(250)  # epoch 5 grows, epoch 7 begins
+    assert events.plan.epochs_after == {"c": 99} and events.plan.reads(EPOCHS) == Scope.of([], {"c": 99})
+    assert events.rows["controller_leadership"] == 2  # epochs 5 and 7
+    rows = {r["epoch"]: r for r in DeltaTable(str(wh / "controller_leadership")).to_pyarrow_table().to_pylist()}
+    assert [(e, r["from_offset"], r["to_offset"], r["records"], r["previous_epoch"]) for e, r in sorted(rows.items())
+            ] == [(4, 0, 99, 100, None), (5, 100, 199, 100, 4), (7, 200, 249, 50, 5)]
+    assert rows[5]["failover_seconds"] == 9.937  # from offset 99's time (its batch's, at 90, + 9 x 7 ms) to 100's
+    store = store_for(spark, Config.load(warehouse={"path": str(wh)}))
+    read = BUILDERS["controller_leadership"](analyze_inputs(store, ["c"], None, since=Scope.of([], {"c": 99})))
+    assert [(r["epoch"], r["from_offset"], r["records"]) for r in read.orderBy("epoch").collect()] == [
+        (4, 99, 1), (5, 100, 100), (7, 200, 50)]  # epoch 4 read from its last record only (a row not written)
+    assert epochs_after(store, {"c": Landed(170, 180, None, 5)}, {"c": 249}) == {"c": 99}  # inside epoch 5
+    assert epochs_after(store, {"c": Landed(90, 95, None, 4)}, {"c": 249}) == {"c": -1}  # inside the first
+    events = step(400)  # epoch 3 after epoch 7: the cluster's epochs rebuilt
+    assert events.plan.epochs_after == {"c": -1} and events.rows["controller_leadership"] == 4
+    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)

@@ -46,6 +46,9 @@ CLUSTER = "cluster"  # every row of the cluster is rebuilt
 # and when rows landed since the last analysis (``kraftlog.spark.landed``), tables of the landed log itself:
 HOURS = "hours"  # rows of the earliest hour a row landed since falls in and later, rebuilt from those hours' rows
 LOG = "log"  # rows after the last landed offset before the earliest one landed since, rebuilt from the records after
+# rows of the epoch holding that last offset (records landed since may add to it) and later, rebuilt from the records
+# from the last one of the epoch before (where the failover to it began)
+EPOCHS = "epochs"
 
 
 def _table(name: str, description: str, fields: list[pa.Field], key: tuple[str, ...], increment: str = CLUSTER
@@ -55,7 +58,8 @@ def _table(name: str, description: str, fields: list[pa.Field], key: tuple[str, 
 
 
 def increment_of(table: TableDef) -> str:
-    """How ``analyze`` brings ``table`` up to date: ``POINT``, ``WINDOW``, ``CLUSTER``, ``HOURS`` or ``LOG``."""
+    """How ``analyze`` brings ``table`` up to date: ``POINT``, ``WINDOW``, ``CLUSTER``, ``HOURS``, ``LOG`` or
+    ``EPOCHS``."""
     return table.properties.get("kraftlog.increment", CLUSTER)
 
 
@@ -132,7 +136,7 @@ def event_tables() -> dict[str, TableDef]:
             col("previous_leader_id", pa.int32(), "Its leader"),
             col("failover_seconds", pa.float64(), "Time from the previous epoch's last record to this epoch's "
                 "first: how long the metadata log stood still"),
-        ], ("epoch",)),
+        ], ("epoch",), EPOCHS),
         _table("voter_changes", "KRaft voters added, removed or changed (KIP-853 VotersRecord).", [
             *_at(), col("voter_id", pa.int32(), "Voter"),
             col("change", pa.string(), "added, removed, updated, or present_at_start"),

@@ -390,8 +390,11 @@ def broker_fenced_periods(inputs: Inputs) -> DataFrame:
 
 
 def controller_leadership(inputs: Inputs) -> DataFrame:
-    """One row per raft epoch of each log: leader (LeaderChange), offsets, voters, failover gap."""
-    log = inputs.table("records").filter(F.col("source") == "log")
+    """One row per raft epoch of each log: leader (LeaderChange), offsets, voters, failover gap.
+
+    Incrementally (``EPOCHS``), from ``since`` on: the last record of the epoch before the first rebuilt (that epoch's
+    row, cut there, only gives the failover its leader and time), and every record after."""
+    log = inputs.log_records()
     epochs = log.groupBy("cluster_id", F.col("batch_epoch").alias("epoch")).agg(
         F.min("log_offset").alias("from_offset"), F.min_by("timestamp", "log_offset").alias("from_time"),
         F.max("log_offset").alias("to_offset"), F.max_by("timestamp", "log_offset").alias("to_time"),

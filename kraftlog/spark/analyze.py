@@ -12,7 +12,8 @@ the cluster had. The next run compares each cluster with that row and the curren
   open or ending at ``R`` or later, from the versions holding at the earliest such window's start;
   ``CLUSTER`` tables rebuild the cluster's rows. The tables of the landed log itself go on from what landed
   since (``kraftlog.spark.landed``): ``HOURS`` tables rebuild the hours from the earliest one a row landed since
-  falls in, ``LOG`` tables the gaps after the last offset landed before the earliest record landed since; when
+  falls in, ``LOG`` tables the gaps after the last offset landed before the earliest record landed since,
+  ``EPOCHS`` tables the epoch holding that offset and later ones (``epochs_after``); when
   the ledger does not tell what landed since (a run committed after a later one), they rebuild the cluster's rows;
 * **rebuild**: anything else (another lineage, no state): every event row of the cluster is rebuilt.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -36,6 +38,7 @@ from pyspark.storagelevel import StorageLevel
 
 from kraftlog.analytics.definitions import (
     CLUSTER,
+    EPOCHS,
     HOURS,
     LOG,
     POINT,
@@ -71,7 +74,9 @@ class Cut:
 
 
 # the column a table's rows are cut by, per kind (``CLUSTER`` tables are not cut)
-_ROW_AT = {POINT: "log_offset", WINDOW: "to_offset", LOG: "from_offset", HOURS: "hour", CLUSTER: "cluster_id"}
+_ROW_AT = {POINT: "log_offset", WINDOW: "to_offset", LOG: "from_offset", EPOCHS: "from_offset", HOURS: "hour",
+           CLUSTER: "cluster_id"}
+_LANDED = (HOURS, LOG, EPOCHS)  # the kinds of tables of the landed log itself
 
 
 @dataclass
@@ -88,6 +93,7 @@ class EventPlan:
     # per cluster going on whose ledger tells what landed since its last analysis: where that begins
     landed: dict[str, Landed] = field(default_factory=dict)
     gaps_after: dict[str, int] = field(default_factory=dict)  # of those with new records: where LOG tables go on
+    epochs_after: dict[str, int] = field(default_factory=dict)  # and where EPOCHS tables go on
     log_ends: dict[str, int | None] = field(default_factory=dict)  # analyze_state.log_end of the clusters going on
 
     @property
@@ -99,7 +105,7 @@ class EventPlan:
         """The clusters whose rows of a table of kind ``increment`` are all rebuilt."""
         if increment == CLUSTER:
             return self.clusters
-        if increment in (HOURS, LOG):  # and those whose ledger does not tell what landed since
+        if increment in _LANDED:  # and those whose ledger does not tell what landed since
             return [*self.rebuilt, *(c for c in self.going_on if c not in self.landed)]
         return self.rebuilt
 
@@ -107,11 +113,14 @@ class EventPlan:
         """Per cluster going on, where a table of kind ``increment`` begins to read: for ``POINT`` and ``WINDOW``, the
         offset from which its versions hold (where the earliest window open at the resume offset began; ``POINT``
         tables need less, and read the same rows); for ``LOG``, the last landed offset before the first record
-        landed since; for ``HOURS``, the earliest hour a row landed since falls in."""
+        landed since (or before the gap it falls in); for ``EPOCHS``, the last offset of the epoch before the one
+        holding that offset; for ``HOURS``, the earliest hour a row landed since falls in."""
         if increment == CLUSTER:
             return {}
         if increment == LOG:
             return dict(self.gaps_after)
+        if increment == EPOCHS:
+            return dict(self.epochs_after)
         if increment == HOURS:
             return {c: got.hour for c, got in self.landed.items() if got.hour is not None}
         return {c: cut.since for c, cut in self.going_on.items()}
@@ -121,7 +130,8 @@ class EventPlan:
         if self.everything:
             return None
         after = {c: cut.resume for c, cut in self.going_on.items()} if increment in (POINT, WINDOW) \
-            else {c: at + 1 for c, at in self.gaps_after.items()} if increment == LOG else self.since(increment)
+            else {c: at + 1 for c, at in self.since(increment).items()} if increment in (LOG, EPOCHS) \
+            else self.since(increment)
         return Scope.of([*self._whole(increment), *self.gone], after, _ROW_AT[increment], open=increment == WINDOW)
 
     def reads(self, increment: str) -> Scope | None:
@@ -176,6 +186,7 @@ def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> Ev
     found = landed_since(landed(store), since)
     plan.landed = {c: found.get(c, Landed(None, None, None)) for c in since}
     plan.gaps_after = gaps_after(store, plan.landed, plan.log_ends)
+    plan.epochs_after = epochs_after(store, plan.landed, plan.log_ends)
     return plan
 
 
@@ -183,21 +194,39 @@ def gaps_after(store: TableStore, got: dict[str, Landed], ends: dict[str, int | 
     """Per cluster with records landed since its last analysis, the last offset landed before the first of them
     (where ``log_gaps`` goes on): the log's end then, or the offset before the gap the first one fell in, or just
     the offset before it (landed, or before every landed one: no gap begins after it either way)."""
-    out: dict[str, int] = {}
-    inside = []
-    for c, g in got.items():
-        end = ends.get(c)
-        if g.first is not None:
-            if end is not None and g.first > end:
-                out[c] = end
-            else:
-                out[c] = g.first - 1
-                inside.append((c, g.first - 1))
+    out = {c: at for c, g in got.items() if (at := g.after(ends.get(c))) is not None}
+    inside = [(c, at) for c, at in out.items() if at != ends.get(c)]
     if inside:
-        at = F.broadcast(store.spark.createDataFrame(inside, "cluster_id string, at long"))
-        gaps = store.read(event_tables()["log_gaps"]).join(at, "cluster_id").filter(
+        points = F.broadcast(store.spark.createDataFrame(inside, "cluster_id string, at long"))
+        gaps = store.read(event_tables()["log_gaps"]).join(points, "cluster_id").filter(
             (F.col("from_offset") <= F.col("at")) & (F.col("at") <= F.col("to_offset")))
         out.update({r["cluster_id"]: r["from_offset"] - 1 for r in gaps.collect()})
+    return out
+
+
+def epochs_after(store: TableStore, got: dict[str, Landed], ends: dict[str, int | None]) -> dict[str, int]:
+    """Per cluster with records landed since its last analysis, where ``controller_leadership`` goes on: the epoch
+    holding the last offset landed before the first of them may grow, so its row and the later ones are rebuilt,
+    from the last record of the epoch before (its leader and time make the failover): that record's offset. -1
+    (every record) where the new records bring an epoch older than that one, or the epochs landed do not rise with
+    the offsets (a log Kafka did not write: rebuilt whole, as from scratch)."""
+    at = {c: a for c, g in got.items() if (a := g.after(ends.get(c))) is not None}
+    if not at:
+        return {}
+    epochs: dict[str, list[Any]] = {c: [] for c in at}
+    for r in (store.read(event_tables()["controller_leadership"]).filter(of_clusters(list(at)))
+              .select("cluster_id", "epoch", "from_offset", "to_offset").orderBy("from_offset").collect()):
+        epochs[r["cluster_id"]].append(r)
+    out = {}
+    for c, a in at.items():
+        mine = epochs[c]
+        rising = all(x["epoch"] < y["epoch"] and x["to_offset"] < y["from_offset"] for x, y in itertools.pairwise(mine))
+        before = [r for r in mine if r["from_offset"] <= a]
+        oldest = got[c].epoch
+        if not rising or not before or (oldest is not None and oldest < before[-1]["epoch"]):
+            out[c] = -1
+        else:
+            out[c] = before[-2]["to_offset"] if len(before) > 1 else before[-1]["from_offset"] - 1
     return out
 
 
@@ -265,7 +294,7 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
     later = inputs(store, clusters, plan.versions(POINT), every, plan.reads(POINT))  # POINT and WINDOW read alike
     whole = inputs(store, clusters, plan.versions(CLUSTER), every)
     by_kind = {POINT: later, WINDOW: later, CLUSTER: whole,
-               **{kind: inputs(store, clusters, plan.versions(kind), every, plan.reads(kind)) for kind in (HOURS, LOG)}}
+               **{kind: inputs(store, clusters, plan.versions(kind), every, plan.reads(kind)) for kind in _LANDED}}
     if kept is not None:
         by_kind = {kind: dataclasses.replace(x, keep=kept.keeper()) for kind, x in by_kind.items()}
         by_kind[WINDOW] = by_kind[POINT]  # one set of inputs

@@ -39,11 +39,20 @@ class Mark:
 class Landed:
     """Where the rows of a cluster landed since a mark begin: the first and last log offset of its new records
     (None: no record), and the earliest hour of any new row: a record, a batch copy that failed its CRC, a copy
-    that lost (divergence), a snapshot file (None: none has a time)."""
+    that lost (divergence), a snapshot file (None: none has a time); ``epoch``: the least raft epoch of its new
+    records."""
 
     first: int | None
     last: int | None
     hour: datetime | None
+    epoch: int | None = None
+
+    def after(self, end: int | None) -> int | None:
+        """The last offset landed before the first new record, where the log ended at ``end`` when last looked at
+        (None: no new record): ``end`` when they all came after it, else the offset just before the first."""
+        if self.first is None:
+            return None
+        return end if end is not None and self.first > end else self.first - 1
 
 
 def ledger_marks(spark: SparkSession, ledger: DataFrame, previous: Mapping[str, Mark]
@@ -75,21 +84,22 @@ def landed_since(table: TableSource, since: Mapping[str, str]) -> dict[str, Land
     none_long = F.lit(None).cast("long")
 
     def times(df: DataFrame, column: str) -> DataFrame:
-        return df.select("cluster_id", none_long.alias("first"), none_long.alias("last"), F.col(column).alias("t"))
+        return df.select("cluster_id", none_long.alias("first"), none_long.alias("last"), F.col(column).alias("t"),
+                         F.lit(None).cast("int").alias("epoch"))
 
     records = later.select(table("records").filter(F.col("source") == "log")).select(
         "cluster_id", F.col("log_offset").alias("first"), F.col("log_offset").alias("last"),
-        F.col("timestamp").alias("t"))
+        F.col("timestamp").alias("t"), F.col("batch_epoch").alias("epoch"))
     snapshots = (later.select(table("files").filter(F.col("file_kind") == "snapshot"))
                  .select("cluster_id", "snapshot_id").join(snapshot_times(table), ["cluster_id", "snapshot_id"]))
     parts = [records, times(later.select(table("batches").filter(~F.col("crc_valid"))), "max_timestamp"),
              times(later.select(table("divergence")), "loser_timestamp"), times(snapshots, "timestamp")]
     rows = (functools.reduce(DataFrame.unionByName, parts).groupBy("cluster_id")
             .agg(F.min("first").alias("first"), F.max("last").alias("last"),
-                 F.unix_micros(F.date_trunc("hour", F.min("t"))).alias("hour"))
+                 F.unix_micros(F.date_trunc("hour", F.min("t"))).alias("hour"), F.min("epoch").alias("epoch"))
             .collect())
     return {r["cluster_id"]: Landed(r["first"], r["last"], None if r["hour"] is None
-                                    else datetime.fromtimestamp(r["hour"] / 1e6, UTC)) for r in rows}
+                                    else datetime.fromtimestamp(r["hour"] / 1e6, UTC), r["epoch"]) for r in rows}
 
 
 def log_ends(table: TableSource, clusters: list[str]) -> dict[str, int]:
