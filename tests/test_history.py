@@ -28,7 +28,7 @@ from kraftlog.spark.history import (
     state_at,
 )
 from kraftlog.spark.store import open_store, spark_schema
-from kraftlog.state.entities import KINDS, history_tables
+from kraftlog.state.entities import KINDS, history_tables, replay_ranges_table
 from kraftlog.state.history import versions
 from kraftlog.state.local import load_clusters, replay
 from kraftlog.state.local import state_at as local_state_at
@@ -114,6 +114,10 @@ def test_spark_histories_equal_a_sequential_replay_for_random_logs(spark: Any, t
     build = build_histories(spark, store, table=_in_memory_tables(spark, root))
     try:
         assert_same_histories(spark_rows(build), local_rows(root))
+        # and the same problems (a transaction still open at the end: the same count of its records)
+        problems = {r["cluster_id"]: sorted(r["problems"])
+                    for r in store.read_staged(replay_ranges_table(), build.files).collect()}
+        assert problems == {cl.cluster_id: sorted(replay(cl).problems) for cl in load_clusters([root])}
     finally:
         build.release()
 

@@ -114,7 +114,9 @@ _STILL_OPEN = re.compile(r"transaction begun at offset (\d+) is still open at th
 
 
 def still_open(begin: int, records: int) -> str:
-    """The problem of a metadata transaction still open at the end of the input (``still_open_parts`` reads it)."""
+    """The problem of a metadata transaction still open at the end of the input, with how many of its records replay
+    reads (``Replayer.record_types``: the others change nothing, and a Spark replay's stream does not carry them);
+    ``still_open_parts`` reads it."""
     return f"transaction begun at offset {begin} is still open at the end of the input: its {records} record(s) are " \
            "not applied"
 
@@ -149,6 +151,7 @@ class Replayer:
         self._txn: list[Event] | None = None
         self._txn_begin: int | None = None
         self._control = control_types()
+        self._read = self.record_types()
         self._mv_names = load_schemas().enums["metadataVersion"]
         self._zk_names = load_schemas().enums["zkMigrationState"]
         self._name = load_schemas().enum_name  # enum values enter the image as Kafka's names
@@ -233,7 +236,8 @@ class Replayer:
                 self.problems.append(f"offset {ev.offset}: AbortTransaction without BeginTransaction")
             self._txn, self._txn_begin = None, None
         elif self._txn is not None and t not in self._control:
-            self._txn.append(ev)
+            if t in self._read:  # (records of other types change nothing: a transaction counts those it changes)
+                self._txn.append(ev)
         else:
             self._apply(ev, ev.offset, ev.timestamp)
         self.image.offset, self.image.timestamp = ev.offset, ev.timestamp
