@@ -239,7 +239,7 @@ def test_the_partition_events_share_one_window_and_build_the_same_rows(spark: An
     from chispa import assert_df_equality
     from pyspark.storagelevel import StorageLevel
 
-    from kraftlog.spark.analyze import Kept, inputs
+    from kraftlog.spark.analyze import Kept, inputs, plan_events, planned_frames
     from kraftlog.spark.store import open_store
 
     wh, _ = sample
@@ -257,3 +257,10 @@ def test_the_partition_events_share_one_window_and_build_the_same_rows(spark: An
     finally:
         kept.release()
     assert not kept.frames
+    # an analysis plans every table (POINT and WINDOW tables read one set of inputs): still one window kept
+    store = open_store(spark, str(wh))
+    try:
+        assert len(planned_frames(store, plan_events(store, None, True), kept)) == len(BUILDERS)
+        assert len(kept.frames) == 1
+    finally:
+        kept.release()

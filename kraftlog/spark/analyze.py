@@ -296,8 +296,9 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
     by_kind = {POINT: later, WINDOW: later, CLUSTER: whole,
                **{kind: inputs(store, clusters, plan.versions(kind), every, plan.reads(kind)) for kind in _LANDED}}
     if kept is not None:
-        by_kind = {kind: dataclasses.replace(x, keep=kept.keeper()) for kind, x in by_kind.items()}
-        by_kind[WINDOW] = by_kind[POINT]  # one set of inputs
+        # one keeper per set of inputs, however many kinds read it (POINT and WINDOW read one)
+        keeping = {id(x): dataclasses.replace(x, keep=kept.keeper()) for x in by_kind.values()}
+        by_kind = {kind: keeping[id(x)] for kind, x in by_kind.items()}
     only_going_on = not (plan.everything or plan.rebuilt or plan.gone)
     changed = changed_kinds(every, plan) if only_going_on else set()
     any_open = any(cut.floor is not None for cut in plan.going_on.values())
