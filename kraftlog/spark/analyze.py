@@ -50,7 +50,7 @@ from kraftlog.analytics.definitions import (
 from kraftlog.analytics.events import BUILDERS, Inputs
 from kraftlog.config import Config
 from kraftlog.spark.history import built_clusters, landed, read_histories
-from kraftlog.spark.landed import Landed, Mark, landed_since, ledger_marks, log_ends
+from kraftlog.spark.landed import Landed, Mark, landed_after, landed_since, ledger_marks, log_ends
 from kraftlog.spark.predicates import Scope, cluster_predicate, of_clusters
 from kraftlog.spark.store import TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import replay_ranges_table, replay_state_table
@@ -194,7 +194,7 @@ def gaps_after(store: TableStore, got: dict[str, Landed], ends: dict[str, int | 
     """Per cluster with records landed since its last analysis, the last offset landed before the first of them
     (where ``log_gaps`` goes on): the log's end then, or the offset before the gap the first one fell in, or just
     the offset before it (landed, or before every landed one: no gap begins after it either way)."""
-    out = {c: at for c, g in got.items() if (at := g.after(ends.get(c))) is not None}
+    out = landed_after(got, ends)
     inside = [(c, at) for c, at in out.items() if at != ends.get(c)]
     if inside:
         points = F.broadcast(store.spark.createDataFrame(inside, "cluster_id string, at long"))
@@ -210,7 +210,7 @@ def epochs_after(store: TableStore, got: dict[str, Landed], ends: dict[str, int 
     from the last record of the epoch before (its leader and time make the failover): that record's offset. -1
     (every record) where the new records bring an epoch older than that one, or the epochs landed do not rise with
     the offsets (a log Kafka did not write: rebuilt whole, as from scratch)."""
-    at = {c: a for c, g in got.items() if (a := g.after(ends.get(c))) is not None}
+    at = landed_after(got, ends)
     if not at:
         return {}
     epochs: dict[str, list[Any]] = {c: [] for c in at}

@@ -55,6 +55,12 @@ class Landed:
         return end if end is not None and self.first > end else self.first - 1
 
 
+def landed_after(got: Mapping[str, Landed], ends: Mapping[str, int | None]) -> dict[str, int]:
+    """Per cluster of ``got`` with new records, the last offset landed before the first of them (``Landed.after``
+    its log's end in ``ends``)."""
+    return {c: at for c, g in got.items() if (at := g.after(ends.get(c))) is not None}
+
+
 def ledger_marks(spark: SparkSession, ledger: DataFrame, previous: Mapping[str, Mark]
                  ) -> tuple[dict[str, Mark], dict[str, str]]:
     """Per cluster of ``ledger`` (the ``files`` table), its mark now; and per cluster of ``previous`` whose ledger rows
@@ -111,4 +117,4 @@ def log_ends(table: TableSource, clusters: list[str]) -> dict[str, int]:
     return {r["cluster_id"]: r["end"] for r in rows if r["end"] is not None}
 
 
-__all__ = ["Landed", "Mark", "landed_since", "ledger_marks", "log_ends"]
+__all__ = ["Landed", "Mark", "landed_after", "landed_since", "ledger_marks", "log_ends"]
