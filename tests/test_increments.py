@@ -15,14 +15,14 @@ import pytest
 from conftest import SAMPLE, examples, split_replays
 from deltalake import DeltaTable
 from event_oracle import evaluated, under_min_isr_rows
-from history_gen import GenCluster, clusters, write_cluster
+from history_gen import GenCluster, clusters, uid, write_cluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from services import arrow_rows, copy_upto, table_rows
 
 from kraftlog.analytics.definitions import WINDOW, event_tables, increment_of
 from kraftlog.config import Config
-from kraftlog.spark.analyze import AnalyzeResult, analyze
+from kraftlog.spark.analyze import AnalyzeResult, analyze, plan_events
 from kraftlog.spark.bases import ClusterBase, cluster_bases
 from kraftlog.spark.history import ReconstructResult, landed, reconstruct
 from kraftlog.spark.increments import plan_build
@@ -238,6 +238,51 @@ def test_going_on_from_inside_a_transaction_applies_its_control_records_once(spa
     grown = land_and_build(spark, copy_upto(source, inputs, 1 << 40), wh)
     assert grown.resumed == 1
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+
+
+def test_going_on_replays_and_analyses_only_the_partitions_of_the_topics_named_since(spark: Any,
+                                                                                   tmp_path: Path) -> None:
+    """Three topics of two partitions; each increment names some topics (a PartitionChange, a RemoveTopic, a
+    TopicRecord again for a live id), none (a topic config: not a partition rule) or every one (ClearElr without a
+    name). Only the named topics' partitions are restored and their rows rewritten (reconstruct); the partition
+    events read the topics with a version begun or ended since, or a window open, and every topic once a
+    min.insync.replicas config changed (analyze). Every step ends equal to a build from scratch."""
+    t0, t1, t2 = uid(601), uid(602), uid(603)
+    log = [("meta", "TOPIC_RECORD", 0, {"topic_id": t, "name": f"t{i}"}) for i, t in enumerate((t0, t1, t2))]
+    log += [("meta", "PARTITION_RECORD", 0, {"topic_id": t, "partition_id": p, "replicas": [1, 2], "isr": [1, 2],
+                                             "removing_replicas": [], "adding_replicas": [], "leader": 1,
+                                             "leader_epoch": 0, "partition_epoch": 0})
+            for t in (t0, t1, t2) for p in (0, 1)]  # 3-8
+    log += [("meta", "PARTITION_CHANGE_RECORD", 0, {"topic_id": t0, "partition_id": 0, "isr": [1], "leader": -2}),
+            ("meta", "CONFIG_RECORD", 0, {"resource_type": 2, "resource_name": "t1", "name": "retention.ms",
+                                          "value": "1"}),  # 9 (t0-0 under-replicated from here), 10
+            ("meta", "CONFIG_RECORD", 0, {"resource_type": 2, "resource_name": "t1", "name": "retention.ms",
+                                          "value": "2"}),  # 11
+            ("meta", "REMOVE_TOPIC_RECORD", 0, {"topic_id": t2}),
+            ("meta", "TOPIC_RECORD", 0, {"topic_id": t1, "name": "t1"}),  # 12, 13
+            ("meta", "CLEAR_ELR_RECORD", 0, {"topic_name": ""}),
+            ("meta", "CONFIG_RECORD", 0, {"resource_type": 2, "resource_name": "t0", "name": "min.insync.replicas",
+                                          "value": "2"})]  # 14, 15
+    source = tmp_path / "src"
+    write_cluster(source, GenCluster("c", log), sizes=[1])  # a batch per record: cut anywhere
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
+    land_build_analyze(spark, copy_upto(source, inputs, 9), wh)
+    partitions = wh / history_tables()["partitions"].name
+    # the end; the topics replayed and the partition rows written (closed and open versions of those topics); the
+    # topics whose partitions the events read
+    for end, named, written, read in [(11, {t0}, 3, {t0}), (12, set(), 0, {t0}), (14, {t1, t2}, 4, {t0, t1, t2}),
+                                      (1 << 40, None, 2, None)]:
+        ingest(spark, [str(copy_upto(source, inputs, end))], config)
+        store = store_for(spark, config)
+        assert plan_build(spark, store, landed(store), None, False).restored == {"c": named}, end
+        before = DeltaTable(str(partitions)).version()
+        built = reconstruct(spark, config)
+        assert (built.resumed, built.rows["partitions_history"]) == (1, written), end
+        assert DeltaTable(str(partitions)).version() == before if not written else before + 2, end
+        assert plan_events(store, None, False).topics == {"c": read}, end
+        analyze(spark, config)
+        assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
 
 
 def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluster_tables(spark: Any,

@@ -9,6 +9,7 @@ periods, reassignments) are islands of consecutive versions (``islands``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -140,9 +141,15 @@ def window_columns(inputs: Inputs, grouped: DataFrame) -> DataFrame:
 
 
 def select_table(df: DataFrame, name: str) -> DataFrame:
-    """The columns of event table ``name``, cast to its types."""
+    """The columns of event table ``name``, cast to its types (one SQL projection: a column built call by call
+    costs a round trip to the JVM per call, ~60 per table)."""
+    return df.selectExpr(*_casts(name))
+
+
+@functools.cache
+def _casts(name: str) -> tuple[str, ...]:
     schema = from_arrow_schema(event_tables()[name].schema)
-    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+    return tuple(f"CAST(`{f.name}` AS {f.dataType.simpleString()}) AS `{f.name}`" for f in schema.fields)
 
 
 def new_registration() -> Column:
@@ -246,6 +253,10 @@ def under_replicated(inputs: Inputs) -> DataFrame:
     return select_table(out, "under_replicated")
 
 
+# the configs an event table applies to partitions by their topic, leader or cluster (not by a partition version)
+PARTITION_CONFIGS = ("min.insync.replicas",)
+
+
 def under_min_isr(inputs: Inputs) -> DataFrame:
     """Windows with ISR < min.insync.replicas in force, evaluated at every partition change and every change of
     a min.insync.replicas config that applies to the partition.
@@ -254,7 +265,7 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
     points and the versions in offset order, not a join of every point with every version of its partition)."""
     topic, broker = "TOPIC", "BROKER"
     parts = inputs.history("partitions")
-    mir = (inputs.history("configs").filter(F.col("name") == "min.insync.replicas")
+    mir = (inputs.history("configs").filter(F.col("name").isin(*PARTITION_CONFIGS))
            .withColumn("_v", F.col("value").try_cast("int")))
     # evaluation points: each partition version (which carries its state), each deletion, each min.insync.replicas
     # boundary

@@ -10,11 +10,14 @@ the cluster had. The next run compares each cluster with that row and the curren
   up to date by its kind (``kraftlog.analytics.definitions``): ``POINT`` tables rebuild their rows at
   ``log_offset >= R`` from the versions holding at ``R`` or later; ``WINDOW`` tables rebuild the windows
   open or ending at ``R`` or later, from the versions holding at the earliest such window's start;
-  ``CLUSTER`` tables rebuild the cluster's rows. The tables of the landed log itself go on from what landed
-  since (``kraftlog.spark.landed``): ``HOURS`` tables rebuild the hours from the earliest one a row landed since
-  falls in, ``LOG`` tables the gaps after the last offset landed before the earliest record landed since,
-  ``EPOCHS`` tables the epoch holding that offset and later ones (``epochs_after``); when
-  the ledger does not tell what landed since (a run committed after a later one), they rebuild the cluster's rows;
+  ``CLUSTER`` tables rebuild the cluster's rows. Of the partitions, ``POINT`` and ``WINDOW`` tables read only
+  the topics with a partition version begun or ended at ``R`` or later, or a window still open
+  (``partition_topics``): an hour's cost follows the topics it touched. The tables of the landed log itself
+  go on from what landed since (``kraftlog.spark.landed``): ``HOURS`` tables rebuild the hours from the
+  earliest one a row landed since falls in, ``LOG`` tables the gaps after the last offset landed before the
+  earliest record landed since, ``EPOCHS`` tables the epoch holding that offset and later ones
+  (``epochs_after``); when the ledger does not tell what landed since (a run committed after a later one),
+  they rebuild the cluster's rows;
 * **rebuild**: anything else (another lineage, no state): every event row of the cluster is rebuilt.
 
 Either way the tables end equal to a build from scratch (``tests/test_increments.py``).
@@ -27,7 +30,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,13 +50,14 @@ from kraftlog.analytics.definitions import (
     event_tables,
     increment_of,
 )
-from kraftlog.analytics.events import BUILDERS, Inputs
+from kraftlog.analytics.events import BUILDERS, PARTITION_CONFIGS, Inputs
 from kraftlog.config import Config
 from kraftlog.spark.history import built_clusters, landed, read_histories
 from kraftlog.spark.landed import Landed, Mark, landed_after, landed_since, ledger_marks, log_ends
-from kraftlog.spark.predicates import Scope, cluster_predicate, of_clusters
+from kraftlog.spark.predicates import Scope, cluster_predicate, named_topics, of_clusters, only_topics
+from kraftlog.spark.session import local_frame
 from kraftlog.spark.store import TableStore, new_run_id, store_for, writing
-from kraftlog.state.entities import replay_ranges_table, replay_state_table
+from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
 from kraftlog.tables.definitions import TableDef, catalog
 
 log = logging.getLogger("kraftlog")
@@ -95,6 +99,8 @@ class EventPlan:
     gaps_after: dict[str, int] = field(default_factory=dict)  # of those with new records: where LOG tables go on
     epochs_after: dict[str, int] = field(default_factory=dict)  # and where EPOCHS tables go on
     log_ends: dict[str, int | None] = field(default_factory=dict)  # analyze_state.log_end of the clusters going on
+    # per cluster going on, the topics whose partitions the partition events read (``partition_topics``; None: all)
+    topics: dict[str, set[str] | None] = field(default_factory=dict)
 
     @property
     def clusters(self) -> list[str]:
@@ -187,7 +193,33 @@ def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> Ev
     plan.landed = {c: found.get(c, Landed(None, None, None)) for c in since}
     plan.gaps_after = gaps_after(store, plan.landed, plan.log_ends)
     plan.epochs_after = epochs_after(store, plan.landed, plan.log_ends)
+    plan.topics = partition_topics(store, {c: cut.resume for c, cut in plan.going_on.items()})
     return plan
+
+
+def partition_topics(store: TableStore, resume: dict[str, int]) -> dict[str, set[str] | None]:
+    """Per cluster going on (from its resume offset), the topics whose partitions its partition events read (None:
+    every topic's, or more than ``TOPICS_NAMED``). A partition's events from the resume offset on (``POINT``) come
+    from its versions begun or ended there or later, and its windows (``WINDOW``) rebuilt are those open then or
+    ending later: so the topics of the partitions with such a version or with a window still open, and where a
+    config that applies to partitions by topic, leader or cluster changed since (``PARTITION_CONFIGS``), every
+    topic. Whole topics, as ``topic_lifecycle`` counts a topic's partitions."""
+    if not resume:
+        return {}
+    kinds = history_tables()
+    since = Scope.of([], resume, "valid_from_offset", "valid_to_offset")
+    every = F.lit(None).cast("string").alias("topic_id")
+    named = [since.select(store.read(kinds["partitions"])).select("cluster_id", "topic_id"),
+             since.select(store.read(kinds["configs"])).filter(F.col("name").isin(*PARTITION_CONFIGS))
+             .select("cluster_id", every)]
+    named += [store.read(t).filter(F.col("to_offset").isNull() & of_clusters(list(resume)))
+              .select("cluster_id", "topic_id" if "topic_id" in t.schema.names else every)
+              for t in event_tables().values() if increment_of(t) == WINDOW]
+    found: dict[str, set[str | None]] = {c: set() for c in resume}
+    for r in functools.reduce(DataFrame.unionByName, named).distinct().collect():
+        found[r["cluster_id"]].add(r["topic_id"])
+    return {c: None if None in topics else named_topics({t for t in topics if t is not None})
+            for c, topics in found.items()}
 
 
 def gaps_after(store: TableStore, got: dict[str, Landed], ends: dict[str, int | None]) -> dict[str, int]:
@@ -197,7 +229,7 @@ def gaps_after(store: TableStore, got: dict[str, Landed], ends: dict[str, int | 
     out = landed_after(got, ends)
     inside = [(c, at) for c, at in out.items() if at != ends.get(c)]
     if inside:
-        points = F.broadcast(store.spark.createDataFrame(inside, "cluster_id string, at long"))
+        points = F.broadcast(local_frame(store.spark, inside, "cluster_id string, at long"))
         gaps = store.read(event_tables()["log_gaps"]).join(points, "cluster_id").filter(
             (F.col("from_offset") <= F.col("at")) & (F.col("at") <= F.col("to_offset")))
         out.update({r["cluster_id"]: r["from_offset"] - 1 for r in gaps.collect()})
@@ -231,9 +263,11 @@ def epochs_after(store: TableStore, got: dict[str, Landed], ends: dict[str, int 
 
 
 def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope | None = None,
-           read: Inputs | None = None, since: Scope | None = None) -> Inputs:
+           read: Inputs | None = None, since: Scope | None = None,
+           topics: Mapping[str, set[str] | None] | None = None) -> Inputs:
     """The histories, landed tables and replay ranges of a store: only ``clusters`` if given, and only the
-    history rows in ``versions`` if given; ``since``: what the builders read of those clusters (``Inputs.since``).
+    history rows in ``versions`` if given; ``since``: what the builders read of those clusters (``Inputs.since``);
+    ``topics``: per cluster, the only topics whose partitions are read (None: every topic's).
     ``read``: the store's tables already read (``inputs()``)."""
     if read is None:
         read = Inputs(read_histories(store), functools.cache(landed(store)), store.read(replay_ranges_table()))
@@ -244,11 +278,14 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope
     def only(df: DataFrame) -> DataFrame:
         return df if clusters is None else df.filter(of_clusters(clusters))
 
-    def rows(df: DataFrame) -> DataFrame:
-        return only(df) if versions is None else versions.select(df)
+    some = {c: t for c, t in (topics or {}).items() if t is not None}
 
-    return Inputs({k: rows(v) for k, v in histories.items()}, lambda name: only(source(name)), only(ranges), since,
-                  {k: only(v) for k, v in histories.items()})
+    def rows(kind: str, df: DataFrame) -> DataFrame:
+        df = only(df) if versions is None else versions.select(df)
+        return only_topics(df, some) if kind == "partitions" and some else df
+
+    return Inputs({k: rows(k, v) for k, v in histories.items()}, lambda name: only(source(name)), only(ranges),
+                  since, {k: only(v) for k, v in histories.items()})
 
 
 def event_frames(x: Inputs, names: list[str] | None = None) -> dict[str, DataFrame]:
@@ -291,7 +328,8 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
     out = []
     every = inputs(store)
     clusters = None if plan.everything else plan.clusters
-    later = inputs(store, clusters, plan.versions(POINT), every, plan.reads(POINT))  # POINT and WINDOW read alike
+    # POINT and WINDOW read alike
+    later = inputs(store, clusters, plan.versions(POINT), every, plan.reads(POINT), plan.topics)
     whole = inputs(store, clusters, plan.versions(CLUSTER), every)
     by_kind = {POINT: later, WINDOW: later, CLUSTER: whole,
                **{kind: inputs(store, clusters, plan.versions(kind), every, plan.reads(kind)) for kind in _LANDED}}

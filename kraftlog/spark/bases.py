@@ -24,6 +24,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from kraftlog.spark.predicates import Scope, of_clusters
+from kraftlog.spark.session import local_frame
 from kraftlog.state.bases import Base, SnapshotRef, choose_base, parse_snapshot_id, snapshot_reach
 from kraftlog.tables.rows import CORRUPT_BATCH
 
@@ -201,7 +202,7 @@ def _add_snapshots(table: TableSource, log: DataFrame, snaps: DataFrame, bases: 
     at their offsets and at ``need``."""
     spark = log.sparkSession
     if wanted:
-        pairs = F.broadcast(spark.createDataFrame(sorted(wanted), "cluster_id string, snapshot_id string"))
+        pairs = F.broadcast(local_frame(spark, sorted(wanted), "cluster_id string, snapshot_id string"))
         chosen = snaps.filter(of_clusters(sorted({s for _, s in wanted}), "snapshot_id")).join(
             pairs, ["cluster_id", "snapshot_id"], "left_semi")
         again = _snapshots(table, chosen, log.limit(0))
@@ -210,7 +211,7 @@ def _add_snapshots(table: TableSource, log: DataFrame, snaps: DataFrame, bases: 
             bases[c].snapshot_digests.update(again.digests[c])
             need += [(c, s.offset) for s in refs]
     if need:
-        at = F.broadcast(spark.createDataFrame(sorted(set(need)), "cluster_id string, log_offset long"))
+        at = F.broadcast(local_frame(spark, sorted(set(need)), "cluster_id string, log_offset long"))
         lo, hi = min(o for _, o in need), max(o for _, o in need)
         for r in (log.filter(F.col("log_offset").between(lo, hi)).join(at, ["cluster_id", "log_offset"], "left_semi")
                   .select("cluster_id", "log_offset", "batch_epoch").collect()):

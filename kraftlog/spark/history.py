@@ -132,9 +132,14 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
         files = replay(spark, store, source, plan.run, build_id, state=plan.state)
         t_replay = time.time()
         ranges = replay_ranges_table()
+        kinds = {t.name: kind for kind, t in history_tables().items()}
         for t in output_tables():
             mine = [f for f in files if f.table == t.name]
-            where = None if everything else (plan.cluster_where() if t is ranges else plan.history_where())
+            where = None if everything else plan.cluster_where() if t is ranges else plan.history_where(kinds[t.name])
+            if where is None and not everything:  # none of its rows change (going on, no topic named)
+                if mine:
+                    raise RuntimeError(f"{t.name}: rows written where the build plans to replace none")
+                continue
             store.overwrite(t, mine, build_id, where)
             rows[t.name] = sum(f.num_records for f in mine)
         done = [r.asDict() for r in store.read_staged(ranges, files).collect()]

@@ -8,9 +8,12 @@ records it applied. The next build compares each cluster with that row:
 * **go on**: same base, the log only grew, and the records applied before are exactly the same
   (count and digest): the replay restarts from the current versions the last build left (its open
   history rows are the image) and applies only the new records; the open rows are rewritten, closed
-  rows stay. A build that ended inside a metadata transaction goes on from its Begin: the control records
-  applied since (they do not wait for the End) are applied again, so the image is the versions holding just
-  before the Begin and the rows those records began or ended are rewritten too (``Plan.reopened``);
+  rows stay. Of the partitions, only those of the topics the new records name are restored and
+  rewritten (``Replayer.topics_read``: no other can change), so an hour's cost follows the topics it
+  touched, not every partition of the cluster (``Plan.restored``). A build that ended inside a
+  metadata transaction goes on from its Begin: the control records applied since (they do not wait
+  for the End) are applied again, so the image is the versions holding just before the Begin and the
+  rows those records began or ended are rewritten too (``Plan.reopened``);
 * **rebuild**: anything else (a truncated log, another base snapshot, a late-arriving older file, a
   landed row replaced by another copy): the cluster is replayed from its base, alone.
 
@@ -19,6 +22,7 @@ Either way the tables end equal to a build from scratch.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -37,10 +41,12 @@ from kraftlog.spark.bases import (
     summary_row,
 )
 from kraftlog.spark.landed import Mark, ledger_marks
-from kraftlog.spark.predicates import cluster_predicate, of_clusters, sql_literal
+from kraftlog.spark.predicates import Scope, cluster_predicate, named_topics, of_clusters, sql_literal
 from kraftlog.spark.replay import state_rows
+from kraftlog.spark.session import local_frame
 from kraftlog.spark.store import TableStore
 from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
+from kraftlog.state.replay import Replayer
 from kraftlog.tables.definitions import catalog
 
 
@@ -65,18 +71,32 @@ class Plan:
     marks: dict[str, Mark] = field(default_factory=dict)  # each cluster's ledger when planned
     # unchanged clusters whose replay_state row moves (a new ledger mark, snapshot): cluster -> the row it had
     refreshed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # clusters going on -> the topics whose partitions their replay restores and rewrites (None: every topic's)
+    restored: dict[str, set[str] | None] = field(default_factory=dict)
 
-    def history_where(self) -> str | None:
-        """The rows of the history tables this build replaces."""
+    def history_where(self, kind: str) -> str | None:
+        """The rows of the history table of entity ``kind`` this build replaces (None: none of them)."""
         parts = []
         if self.rebuilt or self.gone:
             parts.append(str(cluster_predicate([*self.rebuilt, *self.gone])))
-        plain = [c for c in self.resumed if c not in self.reopened]
+        held = "valid_to_offset IS NULL"  # the current versions, rewritten
+        plain = [c for c in self.resumed if c not in self.reopened and self._topics(kind, c) is None]
         if plain:
-            parts.append(f"({cluster_predicate(plain)} AND valid_to_offset IS NULL)")
-        parts += [f"(cluster_id = {sql_literal(c)} AND (valid_to_offset IS NULL OR valid_to_offset >= {begin}))"
-                  for c, begin in self.reopened.items()]  # and what control records changed since (state_rows)
+            parts.append(f"({cluster_predicate(plain)} AND {held})")
+        for c in (c for c in self.resumed if c not in plain):
+            topics = self._topics(kind, c)
+            if topics == set():
+                continue  # none of its rows of the kind change
+            rows = held if c not in self.reopened else \
+                f"({held} OR valid_to_offset >= {self.reopened[c]})"  # and what control records changed since
+            if topics is not None:
+                rows = f"topic_id IN ({', '.join(map(sql_literal, sorted(topics)))}) AND {rows}"
+            parts.append(f"(cluster_id = {sql_literal(c)} AND {rows})")
         return " OR ".join(parts) if parts else None
+
+    def _topics(self, kind: str, cluster: str) -> set[str] | None:
+        """The topics whose rows of ``kind`` a cluster going on replaces (None: every row of the kind)."""
+        return self.restored.get(cluster) if kind == Replayer.SPLIT_KIND else None
 
     def cluster_where(self, refreshed: bool = False) -> str | None:
         """The rows of the per-cluster tables this build replaces: of ``replay_ranges``; with ``refreshed``, of
@@ -91,7 +111,7 @@ def digests(spark: SparkSession, table: TableSource, ranges: list[tuple[str, int
     (``n``, ``d``) and of those up to ``previous_last`` (``n_prev``, ``d_prev``), in one pass."""
     if not ranges:
         return {}
-    plan = spark.createDataFrame(ranges, "cluster_id string, _first long, _prev long")
+    plan = local_frame(spark, ranges, "cluster_id string, _first long, _prev long")
     h = log_digest()
     before = F.col("_prev").isNotNull() & (F.col("log_offset") <= F.col("_prev"))
     rows = (table("records").filter((F.col("source") == "log") & of_clusters([c for c, _, _ in ranges]))
@@ -170,8 +190,29 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, clust
                                         carried=_carried(problems.get(b.cluster_id), b.base.problem,
                                                          go_on[b.cluster_id])))
         plan.resumed = sorted(go_on)
-        plan.state = state_rows({kind: store.read(t) for kind, t in history_tables().items()}, go_on)
+        plan.restored = topics_read(table, {b.source_cluster: (b.cluster_id, go_on[b.cluster_id]) for b in bases
+                                            if b.cluster_id in go_on})
+        plan.state = state_rows({kind: store.read(t) for kind, t in history_tables().items()}, go_on, plan.restored)
     return plan
+
+
+def topics_read(table: TableSource, resume: dict[str, tuple[str, int]]) -> dict[str, set[str] | None]:
+    """Per cluster going on (source cluster -> its replay's cluster and resume offset), the topics whose partitions
+    its records from the resume offset on read or change (``Replayer.topics_read``; None: any topic's, or more than
+    ``TOPICS_NAMED``): the only partitions its replay needs in its image, the only ones that can change."""
+    if not resume:
+        return {}
+    by_type = catalog().by_record_type
+    since = Scope.of([], {c: at for c, (_, at) in resume.items()}, "log_offset")
+    named = functools.reduce(DataFrame.unionByName, [
+        since.select(table(by_type[t].name).filter(F.col("source") == "log")).select(
+            "cluster_id", F.lit(t).alias("record_type"),
+            (F.col("topic_id") if t in Replayer.TOPIC_KEYED else F.lit(None).cast("string")).alias("topic_id"))
+        for t in sorted(Replayer.TOPIC_KEYED | Replayer.ANY_TOPIC)])
+    found: dict[str, list[tuple[str, str | None]]] = {c: [] for c in resume}
+    for r in named.distinct().collect():
+        found[r["cluster_id"]].append((r["record_type"], r["topic_id"]))
+    return {cluster: named_topics(Replayer.topics_read(found[c])) for c, (cluster, _) in resume.items()}
 
 
 def _same_base(b: ClusterBase, p: dict[str, Any]) -> bool:

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from kraftlog.analytics.events import snapshot_times
 from kraftlog.spark.bases import TableSource
 from kraftlog.spark.predicates import Scope, of_clusters
+from kraftlog.spark.session import local_frame
 from kraftlog.tables.definitions import catalog
 
 
@@ -66,7 +67,7 @@ def ledger_marks(spark: SparkSession, ledger: DataFrame, previous: Mapping[str, 
     """Per cluster of ``ledger`` (the ``files`` table), its mark now; and per cluster of ``previous`` whose ledger rows
     up to its mark's run id are still exactly those: that run id (the rows landed since are those of later ids)."""
     h = F.xxhash64(*catalog()["files"].key, "run_id")
-    marks = spark.createDataFrame([(c, m.run) for c, m in previous.items()], "cluster_id string, _mark string")
+    marks = local_frame(spark, [(c, m.run) for c, m in previous.items()], "cluster_id string, _mark string")
     upto = F.col("_mark").isNotNull() & (F.col("run_id") <= F.col("_mark"))
     rows = (ledger.join(F.broadcast(marks), "cluster_id", "left").groupBy("cluster_id")
             .agg(F.max("run_id").alias("run"), F.count("*").alias("files"), F.bit_xor(h).alias("digest"),

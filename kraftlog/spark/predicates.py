@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from kraftlog.errors import UsageError
+from kraftlog.spark.session import local_frame
 
 
 def sql_literal(text: str) -> str:
@@ -47,6 +48,25 @@ def cut_literal(value: int | str | datetime) -> str:
     if isinstance(value, str):
         return sql_literal(value)
     return str(int(value))
+
+
+TOPICS_NAMED = 10_000  # a cluster's increment naming more topics than this reads (and rewrites) every topic's rows
+
+
+def named_topics(topics: set[str] | None) -> set[str] | None:
+    """``topics`` (None: every topic), or None when more than ``TOPICS_NAMED``: a list that long costs more to join or
+    delete by (``only_topics``, an ``IN`` list) than every topic's rows."""
+    return None if topics is None or len(topics) > TOPICS_NAMED else topics
+
+
+def only_topics(df: DataFrame, topics: Mapping[str, set[str]]) -> DataFrame:
+    """The rows of ``df`` (with ``topic_id``) of only ``topics`` in the clusters it names, every row of the others."""
+    spark = df.sparkSession
+    named = local_frame(spark, [(c, t) for c, ts in topics.items() for t in sorted(ts)],
+                        "cluster_id string, topic_id string")
+    return (df.join(F.broadcast(local_frame(spark, [(c,) for c in topics], "cluster_id string")), "cluster_id",
+                    "left_anti")
+            .unionByName(df.join(F.broadcast(named), ["cluster_id", "topic_id"], "left_semi")))
 
 
 SQL_TERMS = 8  # distinct cut offsets a Scope selects by SQL in Spark; more: a broadcast join
@@ -83,7 +103,7 @@ class Scope:
 
     def cuts(self, spark: Any, name: str = "since") -> DataFrame:
         """The cuts as a small DataFrame: ``cluster_id`` and ``name`` (the clusters of ``after``)."""
-        return spark.createDataFrame(list(self.after), f"cluster_id string, {name} {self._type()}")
+        return local_frame(spark, list(self.after), f"cluster_id string, {name} {self._type()}")
 
     @property
     def empty(self) -> bool:
@@ -123,8 +143,8 @@ class Scope:
         coarse = (f"{cluster_predicate(self.clusters)} AND ("
                   + " OR ".join([*([str(cluster_predicate(list(self.whole)))] if self.whole else []),
                                  self._condition(cut_literal(lowest))]) + ")")
-        cuts = df.sparkSession.createDataFrame([*((c, None) for c in self.whole), *self.after],
-                                               f"_scope_cluster string, _scope_after {self._type()}")
+        cuts = local_frame(df.sparkSession, [*((c, None) for c in self.whole), *self.after],
+                           f"_scope_cluster string, _scope_after {self._type()}")
         hit = (F.col("cluster_id") == F.col("_scope_cluster")) & (
             F.col("_scope_after").isNull() | F.expr(self._condition("_scope_after")))
         return df.filter(F.expr(coarse)).join(F.broadcast(cuts), hit, "left_semi")

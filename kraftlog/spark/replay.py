@@ -20,7 +20,7 @@ import functools
 import heapq
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -32,8 +32,8 @@ from pyspark.sql import functions as F
 
 from kraftlog.analytics.events import valid_at
 from kraftlog.spark.bases import ClusterBase, TableSource
-from kraftlog.spark.predicates import Scope, of_clusters
-from kraftlog.spark.session import default_parallelism
+from kraftlog.spark.predicates import Scope, of_clusters, only_topics
+from kraftlog.spark.session import default_parallelism, local_frame
 from kraftlog.spark.store import FILE_PART, StagedFile, TableStore, restage, staged_rows
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
 from kraftlog.state.history import Versions
@@ -90,22 +90,27 @@ def _typed_rows(table: TableSource, source: _Source) -> DataFrame:
                      else F.lit("{}").alias("_data"))
 
 
-def state_rows(histories: dict[str, DataFrame], resume: dict[str, int]) -> DataFrame | None:
+def state_rows(histories: dict[str, DataFrame], resume: dict[str, int],
+               restored: Mapping[str, set[str] | None] | None = None) -> DataFrame | None:
     """Stream rows restoring where the last build of each cluster of ``resume`` stopped: the versions holding just
     before its resume offset. That is every current version, except where the build ended inside a metadata
     transaction: control records (voters, kraft.version) applied since its Begin are applied again, so the versions
-    they began are left out and those they ended are restored (``Plan.history_where`` replaces both)."""
+    they began are left out and those they ended are restored (``Plan.history_where`` replaces both). ``restored``:
+    per cluster, the only topics whose partitions are restored (``Replayer.topics_read``; None: every topic's)."""
     if not histories:
         return None
     out: DataFrame | None = None
     spark = next(iter(histories.values())).sparkSession
-    cut = F.broadcast(spark.createDataFrame(list(resume.items()), "cluster_id string, _resume long"))
+    cut = F.broadcast(local_frame(spark, list(resume.items()), "cluster_id string, _resume long"))
     held = valid_at(F.col("_resume") - 1)  # the versions holding just before it
     # (what Parquet can skip by first: versions ended before the cut, in the files of closed versions)
     ending = Scope.of([], resume, "valid_to_offset", open=True)
+    some = {c: topics for c, topics in (restored or {}).items() if topics is not None}
     for kind, df in histories.items():
         k = BY_NAME[kind]
         topic = F.col("topic_id") if kind == Replayer.SPLIT_KIND else F.lit(None).cast("string")
+        if kind == Replayer.SPLIT_KIND and some:
+            df = only_topics(df, some)
         part = (ending.select(df).join(cut, "cluster_id").filter(held)
                 .select(F.col("cluster_id").alias("_out"), F.col("valid_from_offset").alias("log_offset"),
                         F.unix_millis("valid_from").alias("_ms"), F.lit(kind).alias("record_type"),
@@ -169,13 +174,13 @@ def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], so
                  if b.base.snapshot is not None and b.resume_from is None]
     log_plan = [(b.source_cluster, b.base.first if b.resume_from is None else b.resume_from, b.cluster_id)
                 for b in bases if b.last is not None]
-    out = spark.createDataFrame([(b.cluster_id,) for b in bases], "_out string").select(
+    out = local_frame(spark, [(b.cluster_id,) for b in bases], "_out string").select(
         "_out", F.lit(END).alias("_phase"), F.lit(0).cast("long").alias("_seq"),
         F.lit(None).cast("string").alias("record_type"), F.lit(None).cast("string").alias("_topic"))
     # each typed table is read only where replay reads it (Parquet skips the rest by its statistics): the base
     # snapshots, and each cluster's log from where its replay starts
     if snap_plan:
-        plan = spark.createDataFrame(snap_plan, "cluster_id string, snapshot_id string, _out string")
+        plan = local_frame(spark, snap_plan, "cluster_id string, snapshot_id string, _out string")
         snaps = rows.filter((F.col("source") == "snapshot") & of_clusters(sorted({c for c, _, _ in snap_plan}))
                             & of_clusters(sorted({s for _, s, _ in snap_plan}), "snapshot_id"))
         out = out.unionByName(
@@ -183,7 +188,7 @@ def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], so
             .select(*STREAM, "_topic", F.lit(SNAPSHOT).alias("_phase"), F.col("snapshot_seq").alias("_seq")),
             allowMissingColumns=True)
     if log_plan:
-        plan = spark.createDataFrame(log_plan, "cluster_id string, _first long, _out string")
+        plan = local_frame(spark, log_plan, "cluster_id string, _first long, _out string")
         firsts: dict[str, int] = {}
         for c, first, _ in log_plan:
             firsts[c] = min(first, firsts.get(c, first))
@@ -194,10 +199,10 @@ def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], so
             allowMissingColumns=True)
     if state is not None:
         out = out.unionByName(state, allowMissingColumns=True)
-    parts = spark.createDataFrame(list(layout.parts.items()), "_out string, _parts int")
+    parts = local_frame(spark, list(layout.parts.items()), "_out string, _parts int")
     keys = task_keys(layout.n)
-    tasks = spark.createDataFrame([(c, p, keys[t]) for (c, p), t in layout.tasks.items()],
-                                  "_out string, _part int, _task int")
+    tasks = local_frame(spark, [(c, p, keys[t]) for (c, p), t in layout.tasks.items()],
+                        "_out string, _part int, _task int")
     out = (out.join(F.broadcast(parts), "_out")
            .withColumn("_part", F.explode(part_of(F.col("record_type"), F.col("_topic"), F.col("_phase"),
                                                   F.col("_parts"))))

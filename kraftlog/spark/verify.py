@@ -39,6 +39,7 @@ from kraftlog.spark.history import (
 from kraftlog.spark.increments import plan_build
 from kraftlog.spark.predicates import cluster_predicate, of_clusters
 from kraftlog.spark.replay import replay
+from kraftlog.spark.session import local_frame
 from kraftlog.spark.store import TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import snapshot_checks_table
 from kraftlog.state.local import Difference, SnapshotCheck, VerifyReport
@@ -166,8 +167,8 @@ def compare_snapshots(spark: SparkSession, real: list[ClusterBase], histories: H
               for b in real for s in b.snapshots if b.reach(s)[0] and (b.cluster_id, s.snapshot_id) not in known]
     found: dict[str, list[Difference]] = {pseudo_cluster(c, s): d for (c, s), d in known.items()}
     if probes:
-        points = F.broadcast(spark.createDataFrame(probes, "cluster_id string, snapshot_id string, at long, "
-                                                           "pseudo string"))
+        points = F.broadcast(local_frame(spark, probes, "cluster_id string, snapshot_id string, at long, "
+                                                    "pseudo string"))
         pseudo = [p[3] for p in probes]
         left: History = {}
         right: History = {}

@@ -143,6 +143,12 @@ class Replayer:
     BY_TOPIC = frozenset({"PARTITION_RECORD", "PARTITION_CHANGE_RECORD"})
     TOPIC_WIDE = frozenset({"TOPIC_RECORD", "REMOVE_TOPIC_RECORD", "CLEAR_ELR_RECORD", *MARKERS})
     SPLIT_KIND, EVERY_PART_KIND = "partitions", "topics"
+    # The partitions a rule reads or changes: those of the topic the record's topic_id names (TOPIC_KEYED), or those
+    # of any topic (ANY_TOPIC: ClearElr names its topic by name, or none for all); no other rule reads or changes a
+    # partition. A replay going on from an image so needs in it only the partitions of the topics its records
+    # name (``topics_read``).
+    TOPIC_KEYED = BY_TOPIC | {"TOPIC_RECORD", "REMOVE_TOPIC_RECORD"}
+    ANY_TOPIC = frozenset({"CLEAR_ELR_RECORD"})
 
     def __init__(self, on_change: Callable[[Change], None] | None = None):
         self.image = Image()
@@ -259,6 +265,19 @@ class Replayer:
     def record_types() -> frozenset[str]:
         """The record types replay reads (every other type leaves the image as it is)."""
         return frozenset(Replayer.RULES) | frozenset(MARKERS)
+
+    @staticmethod
+    def topics_read(records: Iterable[tuple[str, str | None]]) -> set[str] | None:
+        """The topics whose partitions the rules of ``records`` (record type, topic id) read or change (None: any
+        topic's): applied to an image holding only those topics' partitions, the records make the same changes and
+        problems as applied to the whole image."""
+        out = set()
+        for record_type, topic in records:
+            if record_type in Replayer.ANY_TOPIC:
+                return None
+            if record_type in Replayer.TOPIC_KEYED and topic is not None:
+                out.add(topic)
+        return out
 
     # -- dispatch -------------------------------------------------------------------------------------
     def _apply(self, ev: Event, offset: int, timestamp: int) -> None:

@@ -1,0 +1,86 @@
+"""A replay going on needs in its image only the partitions of the topics its records name (``Replayer.topics_read``).
+
+That is what lets an hourly ``reconstruct`` restore, and rewrite, only those partitions' open versions: a big
+cluster's hour that touches a few topics costs those topics, not its 150k partitions.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from history_gen import Item, _encode, log_items
+from hypothesis import HealthCheck, given, settings
+
+from kraftlog.spark.predicates import TOPICS_NAMED, named_topics
+from kraftlog.state.replay import Change, Event, Replayer
+from kraftlog.wire.messages import default_codec
+
+
+def events(items: list[Item], start: int = 0) -> list[Event]:
+    """The generated records decoded, as the landed tables give them to replay, from offset ``start``."""
+    codec = default_codec()
+    out = []
+    for offset, item in enumerate(items, start):
+        key, value, is_control = _encode(item)
+        d = codec.decode_control(key, value) if is_control else codec.decode_metadata(value)
+        out.append(Event(offset, 1000 + offset, 1, d))
+    return out
+
+
+def replayed(evs: list[Event]) -> Replayer:
+    r = Replayer()
+    for e in evs:
+        r.apply(e)
+    return r
+
+
+def named(evs: list[Event]) -> list[tuple[str, str | None]]:
+    """(record type, topic id) of each record, as the Spark build reads them from the typed tables."""
+    return [(e.decoded.type or "", (e.decoded.data or {}).get("topic_id")) for e in evs if e.decoded.status == "ok"]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(log=log_items(min_size=1, max_size=60), later=log_items(min_size=1, max_size=30))
+def test_records_change_the_same_with_only_the_partitions_of_the_topics_they_name(log: list[Item],
+                                                                                   later: list[Item]) -> None:
+    head, tail = events(log), events(later, len(log))
+    whole = replayed(head)
+    if whole.open_transaction is not None:  # the build goes on from the Begin (its records are replayed again)
+        begin = whole.open_transaction
+        head, tail = head[:begin], head[begin:] + tail
+        whole = replayed(head)
+    topics = Replayer.topics_read(named(tail))
+    part = copy.deepcopy(whole)
+    if topics is not None:
+        part.image.entities["partitions"] = {k: v for k, v in whole.image.entities["partitions"].items()
+                                             if k[0] in topics}
+    left = {k: v for k, v in whole.image.entities["partitions"].items() if k not in part.image.entities["partitions"]}
+    found: dict[str, list[Change]] = {"whole": [], "part": []}
+    whole.on_change, part.on_change = found["whole"].append, found["part"].append
+    for e in tail:
+        whole.apply(e)
+        part.apply(e)
+    whole.finish()
+    part.finish()
+    assert found["part"] == found["whole"]
+    assert part.problems == whole.problems
+    # the partitions left out are those the records never touched: the whole image still holds them as they were
+    assert {k: whole.image.entities["partitions"].get(k) for k in left} == left
+    expected: dict[str, Any] = {**whole.image.entities, "partitions": {
+        k: v for k, v in whole.image.entities["partitions"].items() if k not in left}}
+    assert part.image.entities == expected
+
+
+def test_topics_read_names_the_topics_of_topic_keyed_records_and_any_for_clear_elr() -> None:
+    records = [("PARTITION_CHANGE_RECORD", "a"), ("TOPIC_RECORD", "b"), ("REMOVE_TOPIC_RECORD", "c"),
+               ("PARTITION_RECORD", "a"), ("CONFIG_RECORD", None), ("FENCE_BROKER_RECORD", None)]
+    assert Replayer.topics_read(records) == {"a", "b", "c"}
+    assert Replayer.topics_read([("FENCE_BROKER_RECORD", None)]) == set()
+    assert Replayer.topics_read([*records, ("CLEAR_ELR_RECORD", None)]) is None
+
+
+def test_an_increment_naming_more_topics_than_a_list_holds_reads_every_topic() -> None:
+    many = {f"t{i}" for i in range(TOPICS_NAMED + 1)}
+    assert named_topics(many) is None and named_topics(None) is None
+    assert named_topics({"a"}) == {"a"} and named_topics(set()) == set()
