@@ -32,15 +32,17 @@ class Versions:
         self.cluster_id = cluster_id
         self.emit = emit
         self._last: dict[tuple[str, Key], Step] = {}  # the last step that made a version (or deleted one)
-        self._pending: dict[tuple[str, Key], Step] = {}  # the latest change, while more may share its offset
+        # the latest change of each entity at the offset changes arrive at now (more may share it)
+        self._pending: dict[tuple[str, Key], Step] = {}
+        self._at: int | None = None
 
     def add(self, c: Change) -> None:
-        """Take one change (changes arrive in effective offset order)."""
-        entity = (c.kind, c.key)
-        pending = self._pending.get(entity)
-        if pending is not None and pending[0] != c.offset:
-            self._settle(entity, pending)
-        self._pending[entity] = (c.offset, c.timestamp, c.value)
+        """Take one change (changes arrive in effective offset order: once one comes at a later offset, those before
+        are final, and the versions they close are handed over then, in the order they end)."""
+        if c.offset != self._at:
+            self._settle_pending()
+            self._at = c.offset
+        self._pending[(c.kind, c.key)] = (c.offset, c.timestamp, c.value)
 
     def resume(self, kind: str, key: Key, offset: int, timestamp: int, value: Value) -> None:
         """Take a version a previous run left current (before any change)."""
@@ -48,13 +50,16 @@ class Versions:
 
     def finish(self) -> None:
         """End of the input: settle every pending change and emit the current versions."""
-        for entity, step in self._pending.items():
-            self._settle(entity, step)
-        self._pending.clear()
+        self._settle_pending()
         for (kind, key), (offset, ts, value) in self._last.items():
             if value is not None:
                 self.emit(kind, self._row(kind, key, offset, ts, value, None))
         self._last.clear()
+
+    def _settle_pending(self) -> None:
+        for entity, step in self._pending.items():
+            self._settle(entity, step)
+        self._pending.clear()
 
     def _settle(self, entity: tuple[str, Key], step: Step) -> None:
         last = self._last.get(entity)
