@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.config import Config
 
@@ -48,8 +49,8 @@ def local_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], ddl: str) ->
     s each in a 5M-record increment, several per run)."""
     schema = _arrow_schema(ddl)
     columns = list(zip(*rows, strict=True)) or [() for _ in schema]
-    return spark.createDataFrame(pa.table([pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
-                                          schema=schema))
+    table = pa.table([pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
+    return spark.createDataFrame(table, schema=from_arrow_schema(schema))  # (Spark Connect needs it when empty)
 
 
 def _remote() -> str | None:
