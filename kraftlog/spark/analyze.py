@@ -278,11 +278,9 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope
     def only(df: DataFrame) -> DataFrame:
         return df if clusters is None else df.filter(of_clusters(clusters))
 
-    some = {c: t for c, t in (topics or {}).items() if t is not None}
-
     def rows(kind: str, df: DataFrame) -> DataFrame:
         df = only(df) if versions is None else versions.select(df)
-        return only_topics(df, some) if kind == "partitions" and some else df
+        return only_topics(df, topics or {}) if kind == "partitions" else df
 
     return Inputs({k: rows(k, v) for k, v in histories.items()}, lambda name: only(source(name)), only(ranges),
                   since, {k: only(v) for k, v in histories.items()})

@@ -59,14 +59,18 @@ def named_topics(topics: set[str] | None) -> set[str] | None:
     return None if topics is None or len(topics) > TOPICS_NAMED else topics
 
 
-def only_topics(df: DataFrame, topics: Mapping[str, set[str]]) -> DataFrame:
-    """The rows of ``df`` (with ``topic_id``) of only ``topics`` in the clusters it names, every row of the others."""
+def only_topics(df: DataFrame, topics: Mapping[str, set[str] | None]) -> DataFrame:
+    """The rows of ``df`` (with ``topic_id``) of only ``topics`` in the clusters it names with a set, every row of the
+    others (None: every topic)."""
+    named = {c: ts for c, ts in topics.items() if ts is not None}
+    if not named:
+        return df
     spark = df.sparkSession
-    named = local_frame(spark, [(c, t) for c, ts in topics.items() for t in sorted(ts)],
+    pairs = local_frame(spark, [(c, t) for c, ts in named.items() for t in sorted(ts)],
                         "cluster_id string, topic_id string")
-    return (df.join(F.broadcast(local_frame(spark, [(c,) for c in topics], "cluster_id string")), "cluster_id",
+    return (df.join(F.broadcast(local_frame(spark, [(c,) for c in named], "cluster_id string")), "cluster_id",
                     "left_anti")
-            .unionByName(df.join(F.broadcast(named), ["cluster_id", "topic_id"], "left_semi")))
+            .unionByName(df.join(F.broadcast(pairs), ["cluster_id", "topic_id"], "left_semi")))
 
 
 SQL_TERMS = 8  # distinct cut offsets a Scope selects by SQL in Spark; more: a broadcast join

@@ -105,12 +105,11 @@ def state_rows(histories: dict[str, DataFrame], resume: dict[str, int],
     held = valid_at(F.col("_resume") - 1)  # the versions holding just before it
     # (what Parquet can skip by first: versions ended before the cut, in the files of closed versions)
     ending = Scope.of([], resume, "valid_to_offset", open=True)
-    some = {c: topics for c, topics in (restored or {}).items() if topics is not None}
     for kind, df in histories.items():
         k = BY_NAME[kind]
         topic = F.col("topic_id") if kind == Replayer.SPLIT_KIND else F.lit(None).cast("string")
-        if kind == Replayer.SPLIT_KIND and some:
-            df = only_topics(df, some)
+        if kind == Replayer.SPLIT_KIND:
+            df = only_topics(df, restored or {})
         part = (ending.select(df).join(cut, "cluster_id").filter(held)
                 .select(F.col("cluster_id").alias("_out"), F.col("valid_from_offset").alias("log_offset"),
                         F.unix_millis("valid_from").alias("_ms"), F.lit(kind).alias("record_type"),
