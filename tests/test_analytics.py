@@ -260,7 +260,7 @@ def test_the_partition_events_share_one_window_and_build_the_same_rows(spark: An
     # an analysis plans every table (POINT and WINDOW tables read one set of inputs): still one window kept
     store = open_store(spark, str(wh))
     try:
-        assert len(planned_frames(store, plan_events(store, None, True), kept)) == len(BUILDERS)
+        assert len(list(planned_frames(store, plan_events(store, None, True), kept))) == len(BUILDERS)
         assert len(kept.frames) == 1
     finally:
         kept.release()

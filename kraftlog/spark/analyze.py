@@ -30,7 +30,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -316,14 +316,14 @@ class Kept:
 
 
 def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
-                   ) -> list[tuple[TableDef, DataFrame, str | None]]:
-    """Per event table with rows to replace: its frame (only those rows) and the SQL of the rows it replaces;
-    ``kept``: where the frames several tables build alike are kept (``release`` it once they are written).
+                   ) -> Iterator[tuple[TableDef, DataFrame, str | None]]:
+    """Per event table with rows to replace: its frame (only those rows) and the SQL of the rows it replaces, each
+    as soon as it is planned (``TableStore.replace`` runs it while the next is); ``kept``: where the frames several
+    tables build alike are kept (``release`` it once they are written).
 
     When every cluster goes on, a table is skipped if nothing it read changed since the cuts: no history it
     reads has a version begun or ended since, it reads no landed table, and it reads the log's end (where
     open windows end for now) only while no window is open (``_Reader.stale``)."""
-    out = []
     every = inputs(store)
     clusters = None if plan.everything else plan.clusters
     # POINT and WINDOW read alike
@@ -347,8 +347,7 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
         df = BUILDERS[name](reader)
         if only_going_on and not reader.stale(increment, any_open, changed):
             continue  # nothing it reads changed since the cuts
-        out.append((t, df if where is None else where.select(df), None if where is None else where.sql()))
-    return out
+        yield t, df if where is None else where.select(df), None if where is None else where.sql()
 
 
 class _Reader(Inputs):

@@ -374,28 +374,31 @@ class TableStore(ABC):
         root, prefix = self.stage_root(table, run_id)
         return [write_parquet(table.name, root, data.cast(table.schema), self.storage, prefix)]
 
-    def replace(self, frames: list[tuple[TableDef, DataFrame, str | None]], build_id: str, jobs: int = 4
+    def replace(self, frames: Iterable[tuple[TableDef, DataFrame, str | None]], build_id: str, jobs: int = 4
                 ) -> dict[str, int]:
         """Replace rows of derived tables (histories, events) with the rows of their DataFrames; row counts by
         table. Each frame comes with ``where``: the SQL predicate of the rows it replaces (None: all).
 
         One Spark job per table computes its frame and executors write the files (``jobs`` of them at a time:
-        small tables cost scheduling, not cores); then each table gets its commit, so a reader sees the
-        previous build or this one (a build killed before its commits leaves only unreferenced files, removed
-        by VACUUM).
+        small tables cost scheduling, not cores), each submitted as soon as ``frames`` yields it (so the driver
+        builds the next plans while executors run the first); then each table gets its commit, so a reader sees
+        the previous build or this one (a build killed before its commits leaves only unreferenced files,
+        removed by VACUUM).
         """
-        for t, _, _ in frames:
-            self.ensure(t)
         n = max(1, default_parallelism(self.spark))
 
         def stage(t: TableDef, df: DataFrame) -> list[StagedFile]:  # one narrow job per table: Arrow conversion
             return self.stage(df.select(*t.columns).coalesce(n), [t], _whole(t.name), build_id)  # of wide structs
 
         with ThreadPoolExecutor(max(1, jobs)) as pool:
-            staged = list(pool.map(lambda f: stage(f[0], f[1]), frames))
-        for (t, _, where), files in zip(frames, staged, strict=True):
+            pending = []
+            for t, df, where in frames:
+                self.ensure(t)
+                pending.append((t, where, pool.submit(stage, t, df)))
+            staged = [(t, where, future.result()) for t, where, future in pending]
+        for t, where, files in staged:
             self.overwrite(t, files, build_id, where)
-        return {t.name: sum(f.num_records for f in files) for (t, _, _), files in zip(frames, staged, strict=True)}
+        return {t.name: sum(f.num_records for f in files) for t, _, files in staged}
 
     @abstractmethod
     def ensure(self, table: TableDef) -> bool:
