@@ -271,11 +271,16 @@ def test_going_on_replays_and_analyses_only_the_partitions_of_the_topics_named_s
     partitions = wh / history_tables()["partitions"].name
     # the end; the topics replayed and the partition rows written (closed and open versions of those topics); the
     # topics whose partitions the events read
-    for end, named, written, read in [(11, {t0}, 3, {t0}), (12, set(), 0, {t0}), (14, {t1, t2}, 4, {t0, t1, t2}),
-                                      (1 << 40, None, 2, None)]:
+    # and the types of the records replayed: only their typed tables are read
+    change, config_record = "PARTITION_CHANGE_RECORD", "CONFIG_RECORD"
+    for end, named, written, read, types in [
+            (11, {t0}, 3, {t0}, {change, config_record}), (12, set(), 0, {t0}, {config_record}),
+            (14, {t1, t2}, 4, {t0, t1, t2}, {"REMOVE_TOPIC_RECORD", "TOPIC_RECORD"}),
+            (1 << 40, None, 2, None, {"CLEAR_ELR_RECORD", config_record})]:
         ingest(spark, [str(copy_upto(source, inputs, end))], config)
         store = store_for(spark, config)
-        assert plan_build(spark, store, landed(store), None, False).restored == {"c": named}, end
+        plan = plan_build(spark, store, landed(store), None, False)
+        assert (plan.restored, plan.record_types) == ({"c": named}, types), end
         before = DeltaTable(str(partitions)).version()
         built = reconstruct(spark, config)
         assert (built.resumed, built.rows["partitions_history"]) == (1, written), end

@@ -31,6 +31,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,8 +171,10 @@ def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> Ev
     def by_cluster(df: DataFrame) -> dict[str, dict[str, Any]]:
         return {r["cluster_id"]: r.asDict() for r in only(df).collect()}
 
-    current = by_cluster(store.read(replay_state_table()))
-    previous = {} if anew and clusters is None else by_cluster(store.read(analyze_state_table()))
+    with ThreadPoolExecutor(2) as pool:  # (small jobs: each waits more on scheduling than on cores)
+        states = pool.submit(by_cluster, store.read(replay_state_table()))
+        previous = {} if anew and clusters is None else by_cluster(store.read(analyze_state_table()))
+        current = states.result()
     was_marked = {c: Mark(was["landed_run"], was["landed_files"], was["landed_digest"])
                   for c, was in previous.items() if was["landed_run"] is not None}
     marks, held = ledger_marks(store.spark, only(store.read(catalog()["files"])), was_marked)
@@ -188,12 +191,14 @@ def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> Ev
         else:
             plan.going_on[c] = Cut(was["resume_offset"], was["window_floor"])
             plan.log_ends[c] = was["log_end"]
-    since = {c: held[c] for c in plan.going_on if c in held}
-    found = landed_since(landed(store), since)
-    plan.landed = {c: found.get(c, Landed(None, None, None)) for c in since}
-    plan.gaps_after = gaps_after(store, plan.landed, plan.log_ends)
-    plan.epochs_after = epochs_after(store, plan.landed, plan.log_ends)
-    plan.topics = partition_topics(store, {c: cut.resume for c, cut in plan.going_on.items()})
+    with ThreadPoolExecutor(3) as pool:
+        topics = pool.submit(partition_topics, store, {c: cut.resume for c, cut in plan.going_on.items()})
+        since = {c: held[c] for c in plan.going_on if c in held}
+        found = landed_since(landed(store), since)
+        plan.landed = {c: found.get(c, Landed(None, None, None)) for c in since}
+        gaps = pool.submit(gaps_after, store, plan.landed, plan.log_ends)
+        plan.epochs_after = epochs_after(store, plan.landed, plan.log_ends)
+        plan.gaps_after, plan.topics = gaps.result(), topics.result()
     return plan
 
 
@@ -336,18 +341,19 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
         keeping = {id(x): dataclasses.replace(x, keep=kept.keeper()) for x in by_kind.values()}
         by_kind = {kind: keeping[id(x)] for kind, x in by_kind.items()}
     only_going_on = not (plan.everything or plan.rebuilt or plan.gone)
-    changed = changed_kinds(every, plan) if only_going_on else set()
     any_open = any(cut.floor is not None for cut in plan.going_on.values())
-    for name, t in event_tables().items():
-        increment = increment_of(t)
-        where = plan.rows(increment)
-        if where is not None and where.empty:
-            continue
-        reader = _Reader(by_kind[increment])
-        df = BUILDERS[name](reader)
-        if only_going_on and not reader.stale(increment, any_open, changed):
-            continue  # nothing it reads changed since the cuts
-        yield t, df if where is None else where.select(df), None if where is None else where.sql()
+    with ThreadPoolExecutor(1) as pool:  # (found while the first tables are planned)
+        changed = pool.submit(changed_kinds, every, plan)
+        for name, t in event_tables().items():
+            increment = increment_of(t)
+            where = plan.rows(increment)
+            if where is not None and where.empty:
+                continue
+            reader = _Reader(by_kind[increment])
+            df = BUILDERS[name](reader)
+            if only_going_on and not reader.stale(increment, any_open, changed.result()):
+                continue  # nothing it reads changed since the cuts
+            yield t, df if where is None else where.select(df), None if where is None else where.sql()
 
 
 class _Reader(Inputs):
@@ -380,8 +386,9 @@ class _Reader(Inputs):
 
 
 def changed_kinds(x: Inputs, plan: EventPlan) -> set[str]:
-    """The entity kinds with a version begun or ended at or after a going-on cluster's resume offset."""
-    if not plan.going_on:
+    """The entity kinds with a version begun or ended at or after a going-on cluster's resume offset (none when a
+    cluster is rebuilt or gone: every table is then rebuilt)."""
+    if not plan.going_on or plan.everything or plan.rebuilt or plan.gone:
         return set()
     since = Scope.of([], {c: cut.resume for c, cut in plan.going_on.items()}, "valid_from_offset", "valid_to_offset")
     found = functools.reduce(DataFrame.unionByName, [since.select(df).select(F.lit(kind).alias("kind")).limit(1)

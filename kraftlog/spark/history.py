@@ -129,7 +129,7 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
     done: list[dict[str, Any]] = []
     t_replay = t_plan
     if plan.run or plan.gone or everything:
-        files = replay(spark, store, source, plan.run, build_id, state=plan.state)
+        files = replay(spark, store, source, plan.run, build_id, state=plan.state, record_types=plan.record_types)
         t_replay = time.time()
         ranges = replay_ranges_table()
         kinds = {t.name: kind for kind, t in history_tables().items()}

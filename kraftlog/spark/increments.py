@@ -73,6 +73,8 @@ class Plan:
     refreshed: dict[str, dict[str, Any]] = field(default_factory=dict)
     # clusters going on -> the topics whose partitions their replay restores and rewrites (None: every topic's)
     restored: dict[str, set[str] | None] = field(default_factory=dict)
+    # the types of the records the replays read, when every cluster replayed goes on (None: every type)
+    record_types: set[str] | None = None
 
     def history_where(self, kind: str) -> str | None:
         """The rows of the history table of entity ``kind`` this build replaces (None: none of them)."""
@@ -190,28 +192,48 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, clust
                                         carried=_carried(problems.get(b.cluster_id), b.base.problem,
                                                          go_on[b.cluster_id])))
         plan.resumed = sorted(go_on)
-        plan.restored = topics_read(table, {b.source_cluster: (b.cluster_id, go_on[b.cluster_id]) for b in bases
-                                            if b.cluster_id in go_on})
+        resume = {b.source_cluster: (b.cluster_id, go_on[b.cluster_id]) for b in bases if b.cluster_id in go_on}
+        types = types_since(table, resume)
+        if not plan.rebuilt:
+            plan.record_types = set().union(*types.values())
+        plan.restored = topics_read(table, resume, types)
         plan.state = state_rows({kind: store.read(t) for kind, t in history_tables().items()}, go_on, plan.restored)
     return plan
 
 
-def topics_read(table: TableSource, resume: dict[str, tuple[str, int]]) -> dict[str, set[str] | None]:
-    """Per cluster going on (source cluster -> its replay's cluster and resume offset), the topics whose partitions
-    its records from the resume offset on read or change (``Replayer.topics_read``; None: any topic's, or more than
-    ``TOPICS_NAMED``): the only partitions its replay needs in its image, the only ones that can change."""
-    if not resume:
-        return {}
+def _since(resume: dict[str, tuple[str, int]]) -> Scope:
+    return Scope.of([], {c: at for c, (_, at) in resume.items()}, "log_offset")
+
+
+def types_since(table: TableSource, resume: dict[str, tuple[str, int]]) -> dict[str, set[str]]:
+    """Per cluster going on (source cluster -> its replay's cluster and resume offset), the types of its log records
+    from the resume offset on."""
+    found: dict[str, set[str]] = {c: set() for c in resume}
+    if resume:
+        records = _since(resume).select(table("records").filter(F.col("source") == "log"))
+        for r in records.select("cluster_id", "record_type").distinct().collect():
+            if r["record_type"] is not None:
+                found[r["cluster_id"]].add(r["record_type"])
+    return found
+
+
+def topics_read(table: TableSource, resume: dict[str, tuple[str, int]], types: dict[str, set[str]]
+                ) -> dict[str, set[str] | None]:
+    """Per cluster going on (source cluster -> its replay's cluster and resume offset; ``types``: those of its
+    records from there, ``types_since``), the topics whose partitions its records from the resume offset on read or
+    change (``Replayer.topics_read``; None: any topic's, or more than ``TOPICS_NAMED``): the only partitions its
+    replay needs in its image, the only ones that can change."""
     by_type = catalog().by_record_type
-    since = Scope.of([], {c: at for c, (_, at) in resume.items()}, "log_offset")
-    named = functools.reduce(DataFrame.unionByName, [
-        since.select(table(by_type[t].name).filter(F.col("source") == "log")).select(
-            "cluster_id", F.lit(t).alias("record_type"),
-            (F.col("topic_id") if t in Replayer.TOPIC_KEYED else F.lit(None).cast("string")).alias("topic_id"))
-        for t in sorted(Replayer.TOPIC_KEYED | Replayer.ANY_TOPIC)])
+    keyed = sorted((Replayer.TOPIC_KEYED | Replayer.ANY_TOPIC) & set().union(*types.values()))
     found: dict[str, list[tuple[str, str | None]]] = {c: [] for c in resume}
-    for r in named.distinct().collect():
-        found[r["cluster_id"]].append((r["record_type"], r["topic_id"]))
+    if keyed:
+        named = functools.reduce(DataFrame.unionByName, [
+            _since(resume).select(table(by_type[t].name).filter(F.col("source") == "log")).select(
+                "cluster_id", F.lit(t).alias("record_type"),
+                (F.col("topic_id") if t in Replayer.TOPIC_KEYED else F.lit(None).cast("string")).alias("topic_id"))
+            for t in keyed])
+        for r in named.distinct().collect():
+            found[r["cluster_id"]].append((r["record_type"], r["topic_id"]))
     return {cluster: named_topics(Replayer.topics_read(found[c])) for c, (cluster, _) in resume.items()}
 
 

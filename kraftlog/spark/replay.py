@@ -70,6 +70,12 @@ def _sources() -> list[_Source]:
     return out
 
 
+# the columns of ``_typed_rows``
+_TYPED_ROWS = ("cluster_id string, source string, snapshot_id string, log_offset long, snapshot_seq long, "
+               "batch_epoch int, _ms long, record_version int, value_hash long, record_type string, _topic string, "
+               "_data string")
+
+
 def _typed_rows(table: TableSource, source: _Source) -> DataFrame:
     """One typed table's rows as stream rows: provenance, and the record's fields as JSON (``_data``): one
     narrow column for every record type, cheap to hand from the JVM to Python."""
@@ -164,11 +170,8 @@ def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], so
            layout: Layout, state: DataFrame | None = None) -> DataFrame:
     """Every replay's rows in application order, each in the task ``layout`` gives its part of its cluster's replay
     (see the module docstring); ``state`` (``state_rows``) restores the clusters that go on from their last build."""
-    rows: DataFrame | None = None
-    for s in sources:
-        part = _typed_rows(table, s)
-        rows = part if rows is None else rows.unionByName(part)
-    assert rows is not None
+    rows = functools.reduce(DataFrame.unionByName, [_typed_rows(table, s) for s in sources]) if sources \
+        else local_frame(spark, [], _TYPED_ROWS)  # (no type to read: no rows, the same columns)
     snap_plan = [(b.source_cluster, b.base.snapshot.snapshot_id, b.cluster_id) for b in bases
                  if b.base.snapshot is not None and b.resume_from is None]
     log_plan = [(b.source_cluster, b.base.first if b.resume_from is None else b.resume_from, b.cluster_id)
@@ -202,7 +205,9 @@ def stream(spark: SparkSession, table: TableSource, bases: list[ClusterBase], so
     keys = task_keys(layout.n)
     tasks = local_frame(spark, [(c, p, keys[t]) for (c, p), t in layout.tasks.items()],
                         "_out string, _part int, _task int")
-    out = (out.join(F.broadcast(parts), "_out")
+    # the typed tables' scans are ~one task each, most of them reading nothing from where an increment starts:
+    # read them in as many tasks as there are cores
+    out = (out.coalesce(max(1, default_parallelism(spark))).join(F.broadcast(parts), "_out")
            .withColumn("_part", F.explode(part_of(F.col("record_type"), F.col("_topic"), F.col("_phase"),
                                                   F.col("_parts"))))
            .join(F.broadcast(tasks), ["_out", "_part"]).drop("_parts", "_topic"))
@@ -242,13 +247,15 @@ def task_keys(n: int) -> tuple[int, ...]:
 
 
 def replay(spark: SparkSession, store: TableStore, table: TableSource, bases: list[ClusterBase], build_id: str,
-           scratch: bool = False, state: DataFrame | None = None) -> list[StagedFile]:
+           scratch: bool = False, state: DataFrame | None = None, record_types: set[str] | None = None
+           ) -> list[StagedFile]:
     """Replay every cluster of ``bases`` on the executors; each task writes the history rows and one
     ``replay_ranges`` row per cluster as Parquet files of ``output_tables()`` (staged by ``store``; with
-    ``scratch``, aside from the tables). Returns the files written."""
+    ``scratch``, aside from the tables). ``record_types``: the only types of records the replays read (their
+    typed tables alone are read; None: every type). Returns the files written."""
     if not bases:
         return []
-    sources = _sources()
+    sources = [s for s in _sources() if record_types is None or s.record_type in record_types]
     by_out = {b.cluster_id: b for b in bases}
     layout = Layout.of(bases, default_parallelism(spark))
     built_at = datetime.now(UTC)

@@ -381,24 +381,23 @@ class TableStore(ABC):
 
         One Spark job per table computes its frame and executors write the files (``jobs`` of them at a time:
         small tables cost scheduling, not cores), each submitted as soon as ``frames`` yields it (so the driver
-        builds the next plans while executors run the first); then each table gets its commit, so a reader sees
-        the previous build or this one (a build killed before its commits leaves only unreferenced files,
-        removed by VACUUM).
+        builds the next plans while executors run the first); then the table gets its commit, while the others
+        still run, so a reader sees the previous build or this one (a build killed before its commits leaves only
+        unreferenced files, removed by VACUUM).
         """
         n = max(1, default_parallelism(self.spark))
 
-        def stage(t: TableDef, df: DataFrame) -> list[StagedFile]:  # one narrow job per table: Arrow conversion
-            return self.stage(df.select(*t.columns).coalesce(n), [t], _whole(t.name), build_id)  # of wide structs
+        def land(t: TableDef, df: DataFrame, where: str | None) -> int:  # one narrow job per table: Arrow
+            files = self.stage(df.select(*t.columns).coalesce(n), [t], _whole(t.name), build_id)  # of wide structs
+            self.overwrite(t, files, build_id, where)
+            return sum(f.num_records for f in files)
 
         with ThreadPoolExecutor(max(1, jobs)) as pool:
             pending = []
             for t, df, where in frames:
                 self.ensure(t)
-                pending.append((t, where, pool.submit(stage, t, df)))
-            staged = [(t, where, future.result()) for t, where, future in pending]
-        for t, where, files in staged:
-            self.overwrite(t, files, build_id, where)
-        return {t.name: sum(f.num_records for f in files) for t, _, files in staged}
+                pending.append((t.name, pool.submit(land, t, df, where)))
+            return {name: future.result() for name, future in pending}
 
     @abstractmethod
     def ensure(self, table: TableDef) -> bool:
