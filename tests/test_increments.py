@@ -271,6 +271,7 @@ def test_going_on_replays_and_analyses_only_the_partitions_of_the_topics_named_s
     partitions = wh / history_tables()["partitions"].name
     # the end; the topics replayed and the partition rows written (closed and open versions of those topics); the
     # topics whose partitions the events read
+    # (and the topic rows written: t0's; none; t2's closed one and t1's; every live topic's)
     # and the types of the records replayed: only their typed tables are read
     change, config_record = "PARTITION_CHANGE_RECORD", "CONFIG_RECORD"
     for end, named, written, read, types in [
@@ -284,6 +285,7 @@ def test_going_on_replays_and_analyses_only_the_partitions_of_the_topics_named_s
         before = DeltaTable(str(partitions)).version()
         built = reconstruct(spark, config)
         assert (built.resumed, built.rows["partitions_history"]) == (1, written), end
+        assert built.rows["topics_history"] == {11: 1, 12: 0, 14: 2}.get(end, 2), end
         assert DeltaTable(str(partitions)).version() == before if not written else before + 2, end
         assert plan_events(store, None, False).topics == {"c": read}, end
         analyze(spark, config)

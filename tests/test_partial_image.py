@@ -1,8 +1,8 @@
 """What lets an hourly ``reconstruct`` cost what the hour touched, on the replayer alone (no Spark).
 
-* A replay going on needs in its image only the partitions of the topics its records name
-  (``Replayer.topics_read``): it restores, and rewrites, only those partitions' open versions, so a big cluster's
-  hour that touches a few topics costs those topics, not its 150k partitions.
+* A replay going on needs in its image only the topics its records name and their partitions
+  (``Replayer.topics_read``): it restores, and rewrites, only those topics' and partitions' open versions, so a big
+  cluster's hour that touches a few topics costs those topics, not its 10k topics and 150k partitions.
 * Closed versions are handed over in the order they end, so the history files' Parquet statistics on
   ``valid_to_offset`` let an increment skip the row groups of versions that ended before it.
 """
@@ -46,7 +46,7 @@ def named(evs: list[Event]) -> list[tuple[str, str | None]]:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=log_items(min_size=1, max_size=60), later=log_items(min_size=1, max_size=30))
-def test_records_change_the_same_with_only_the_partitions_of_the_topics_they_name(log: list[Item],
+def test_records_change_the_same_with_only_the_topics_they_name_and_their_partitions(log: list[Item],
                                                                                    later: list[Item]) -> None:
     head, tail = events(log), events(later, len(log))
     whole = replayed(head)
@@ -57,9 +57,10 @@ def test_records_change_the_same_with_only_the_partitions_of_the_topics_they_nam
     topics = Replayer.topics_read(named(tail))
     part = copy.deepcopy(whole)
     if topics is not None:
-        part.image.entities["partitions"] = {k: v for k, v in whole.image.entities["partitions"].items()
-                                             if k[0] in topics}
-    left = {k: v for k, v in whole.image.entities["partitions"].items() if k not in part.image.entities["partitions"]}
+        for kind in Replayer.TOPIC_KINDS:
+            part.image.entities[kind] = {k: v for k, v in whole.image.entities[kind].items() if k[0] in topics}
+    left = {kind: {k: v for k, v in whole.image.entities[kind].items() if k not in part.image.entities[kind]}
+            for kind in Replayer.TOPIC_KINDS}
     found: dict[str, list[Change]] = {"whole": [], "part": []}
     whole.on_change, part.on_change = found["whole"].append, found["part"].append
     for e in tail:
@@ -69,10 +70,11 @@ def test_records_change_the_same_with_only_the_partitions_of_the_topics_they_nam
     part.finish()
     assert found["part"] == found["whole"]
     assert part.problems == whole.problems
-    # the partitions left out are those the records never touched: the whole image still holds them as they were
-    assert {k: whole.image.entities["partitions"].get(k) for k in left} == left
-    expected: dict[str, Any] = {**whole.image.entities, "partitions": {
-        k: v for k, v in whole.image.entities["partitions"].items() if k not in left}}
+    # the topics and partitions left out are those the records never touched: the whole image still holds them as
+    # they were
+    assert {kind: {k: whole.image.entities[kind].get(k) for k in out} for kind, out in left.items()} == left
+    expected: dict[str, Any] = {**whole.image.entities, **{
+        kind: {k: v for k, v in whole.image.entities[kind].items() if k not in left[kind]} for kind in left}}
     assert part.image.entities == expected
 
 

@@ -8,9 +8,9 @@ records it applied. The next build compares each cluster with that row:
 * **go on**: same base, the log only grew, and the records applied before are exactly the same
   (count and digest): the replay restarts from the current versions the last build left (its open
   history rows are the image) and applies only the new records; the open rows are rewritten, closed
-  rows stay. Of the partitions, only those of the topics the new records name are restored and
-  rewritten (``Replayer.topics_read``: no other can change), so an hour's cost follows the topics it
-  touched, not every partition of the cluster (``Plan.restored``). A build that ended inside a
+  rows stay. Of the topics and partitions, only the topics the new records name and their partitions
+  are restored and rewritten (``Replayer.topics_read``: no other can change), so an hour's cost follows
+  the topics it touched, not every topic and partition of the cluster (``Plan.restored``). A build that ended inside a
   metadata transaction goes on from its Begin: the control records applied since (they do not wait
   for the End) are applied again, so the image is the versions holding just before the Begin and the
   rows those records began or ended are rewritten too (``Plan.reopened``);
@@ -71,7 +71,7 @@ class Plan:
     marks: dict[str, Mark] = field(default_factory=dict)  # each cluster's ledger when planned
     # unchanged clusters whose replay_state row moves (a new ledger mark, snapshot): cluster -> the row it had
     refreshed: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # clusters going on -> the topics whose partitions their replay restores and rewrites (None: every topic's)
+    # clusters going on -> the topics their replay restores and rewrites, with their partitions (None: every topic)
     restored: dict[str, set[str] | None] = field(default_factory=dict)
     # the types of the records the replays read, when every cluster replayed goes on (None: every type)
     record_types: set[str] | None = None
@@ -98,7 +98,7 @@ class Plan:
 
     def _topics(self, kind: str, cluster: str) -> set[str] | None:
         """The topics whose rows of ``kind`` a cluster going on replaces (None: every row of the kind)."""
-        return self.restored.get(cluster) if kind == Replayer.SPLIT_KIND else None
+        return self.restored.get(cluster) if kind in Replayer.TOPIC_KINDS else None
 
     def cluster_where(self, refreshed: bool = False) -> str | None:
         """The rows of the per-cluster tables this build replaces: of ``replay_ranges``; with ``refreshed``, of
@@ -220,9 +220,9 @@ def types_since(table: TableSource, resume: dict[str, tuple[str, int]]) -> dict[
 def topics_read(table: TableSource, resume: dict[str, tuple[str, int]], types: dict[str, set[str]]
                 ) -> dict[str, set[str] | None]:
     """Per cluster going on (source cluster -> its replay's cluster and resume offset; ``types``: those of its
-    records from there, ``types_since``), the topics whose partitions its records from the resume offset on read or
-    change (``Replayer.topics_read``; None: any topic's, or more than ``TOPICS_NAMED``): the only partitions its
-    replay needs in its image, the only ones that can change."""
+    records from there, ``types_since``), the topics its records from the resume offset on read or change, with
+    their partitions (``Replayer.topics_read``; None: any topic, or more than ``TOPICS_NAMED``): the only topics and
+    partitions its replay needs in its image, the only ones that can change."""
     by_type = catalog().by_record_type
     keyed = sorted((Replayer.TOPIC_KEYED | Replayer.ANY_TOPIC) & set().union(*types.values()))
     found: dict[str, list[tuple[str, str | None]]] = {c: [] for c in resume}

@@ -102,7 +102,7 @@ def state_rows(histories: dict[str, DataFrame], resume: dict[str, int],
     before its resume offset. That is every current version, except where the build ended inside a metadata
     transaction: control records (voters, kraft.version) applied since its Begin are applied again, so the versions
     they began are left out and those they ended are restored (``Plan.history_where`` replaces both). ``restored``:
-    per cluster, the only topics whose partitions are restored (``Replayer.topics_read``; None: every topic's)."""
+    per cluster, the only topics restored, with their partitions (``Replayer.topics_read``; None: every topic)."""
     if not histories:
         return None
     out: DataFrame | None = None
@@ -114,7 +114,7 @@ def state_rows(histories: dict[str, DataFrame], resume: dict[str, int],
     for kind, df in histories.items():
         k = BY_NAME[kind]
         topic = F.col("topic_id") if kind == Replayer.SPLIT_KIND else F.lit(None).cast("string")
-        if kind == Replayer.SPLIT_KIND:
+        if kind in Replayer.TOPIC_KINDS:
             df = only_topics(df, restored or {})
         part = (ending.select(df).join(cut, "cluster_id").filter(held)
                 .select(F.col("cluster_id").alias("_out"), F.col("valid_from_offset").alias("log_offset"),

@@ -143,10 +143,11 @@ class Replayer:
     BY_TOPIC = frozenset({"PARTITION_RECORD", "PARTITION_CHANGE_RECORD"})
     TOPIC_WIDE = frozenset({"TOPIC_RECORD", "REMOVE_TOPIC_RECORD", "CLEAR_ELR_RECORD", *MARKERS})
     SPLIT_KIND, EVERY_PART_KIND = "partitions", "topics"
-    # The partitions a rule reads or changes: those of the topic the record's topic_id names (TOPIC_KEYED), or those
-    # of any topic (ANY_TOPIC: ClearElr names its topic by name, or none for all); no other rule reads or changes a
-    # partition. A replay going on from an image so needs in it only the partitions of the topics its records
-    # name (``topics_read``).
+    # The topics and partitions (TOPIC_KINDS: the entities keyed by a topic id) a rule reads or changes: the topic
+    # the record's topic_id names and its partitions (TOPIC_KEYED), or any topic (ANY_TOPIC: ClearElr names its
+    # topic by name, or none for all); no other rule reads or changes a topic or a partition. A replay going on from
+    # an image so needs in it only the topics its records name and their partitions (``topics_read``).
+    TOPIC_KINDS = frozenset({"topics", "partitions"})
     TOPIC_KEYED = BY_TOPIC | {"TOPIC_RECORD", "REMOVE_TOPIC_RECORD"}
     ANY_TOPIC = frozenset({"CLEAR_ELR_RECORD"})
 
@@ -268,9 +269,9 @@ class Replayer:
 
     @staticmethod
     def topics_read(records: Iterable[tuple[str, str | None]]) -> set[str] | None:
-        """The topics whose partitions the rules of ``records`` (record type, topic id) read or change (None: any
-        topic's): applied to an image holding only those topics' partitions, the records make the same changes and
-        problems as applied to the whole image."""
+        """The topics the rules of ``records`` (record type, topic id) read or change, with their partitions (None:
+        any topic): applied to an image holding only those topics and their partitions (of ``TOPIC_KINDS``), the
+        records make the same changes and problems as applied to the whole image."""
         out = set()
         for record_type, topic in records:
             if record_type in Replayer.ANY_TOPIC:
