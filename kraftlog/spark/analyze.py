@@ -108,6 +108,11 @@ class EventPlan:
         """The clusters whose events this run writes."""
         return [*self.rebuilt, *self.going_on]
 
+    @property
+    def only_going_on(self) -> bool:
+        """Every cluster this run writes goes on (none rebuilt or gone)."""
+        return not (self.everything or self.rebuilt or self.gone)
+
     def _whole(self, increment: str) -> list[str]:
         """The clusters whose rows of a table of kind ``increment`` are all rebuilt."""
         if increment == CLUSTER:
@@ -340,7 +345,6 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
         # one keeper per set of inputs, however many kinds read it (POINT and WINDOW read one)
         keeping = {id(x): dataclasses.replace(x, keep=kept.keeper()) for x in by_kind.values()}
         by_kind = {kind: keeping[id(x)] for kind, x in by_kind.items()}
-    only_going_on = not (plan.everything or plan.rebuilt or plan.gone)
     any_open = any(cut.floor is not None for cut in plan.going_on.values())
     with ThreadPoolExecutor(1) as pool:  # (found while the first tables are planned)
         changed = pool.submit(changed_kinds, every, plan)
@@ -351,7 +355,7 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
                 continue
             reader = _Reader(by_kind[increment])
             df = BUILDERS[name](reader)
-            if only_going_on and not reader.stale(increment, any_open, changed.result()):
+            if plan.only_going_on and not reader.stale(increment, any_open, changed.result()):
                 continue  # nothing it reads changed since the cuts
             yield t, df if where is None else where.select(df), None if where is None else where.sql()
 
@@ -388,7 +392,7 @@ class _Reader(Inputs):
 def changed_kinds(x: Inputs, plan: EventPlan) -> set[str]:
     """The entity kinds with a version begun or ended at or after a going-on cluster's resume offset (none when a
     cluster is rebuilt or gone: every table is then rebuilt)."""
-    if not plan.going_on or plan.everything or plan.rebuilt or plan.gone:
+    if not plan.going_on or not plan.only_going_on:
         return set()
     since = Scope.of([], {c: cut.resume for c, cut in plan.going_on.items()}, "valid_from_offset", "valid_to_offset")
     found = functools.reduce(DataFrame.unionByName, [since.select(df).select(F.lit(kind).alias("kind")).limit(1)
