@@ -31,6 +31,7 @@ from kraftlog.spark.landed import Landed
 from kraftlog.spark.predicates import SQL_TERMS, Scope
 from kraftlog.spark.store import store_for
 from kraftlog.state.entities import history_tables
+from kraftlog.state.replay import TopicsRead
 
 pytestmark = pytest.mark.spark
 
@@ -240,13 +241,13 @@ def test_going_on_from_inside_a_transaction_applies_its_control_records_once(spa
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
 
 
-def test_going_on_replays_and_analyses_only_the_partitions_of_the_topics_named_since(spark: Any,
-                                                                                   tmp_path: Path) -> None:
-    """Three topics of two partitions; each increment names some topics (a PartitionChange, a RemoveTopic, a
-    TopicRecord again for a live id), none (a topic config: not a partition rule) or every one (ClearElr without a
-    name). Only the named topics' partitions are restored and their rows rewritten (reconstruct); the partition
-    events read the topics with a version begun or ended since, or a window open, and every topic once a
-    min.insync.replicas config changed (analyze). Every step ends equal to a build from scratch."""
+def test_going_on_replays_and_analyses_only_the_partitions_named_since(spark: Any, tmp_path: Path) -> None:
+    """Three topics of two partitions; each increment names a partition (a PartitionChange), whole topics (a
+    RemoveTopic, a TopicRecord again for a live id), none (a topic config: not a partition rule) or every one
+    (ClearElr without a name). Only the named partitions and topics are restored and their rows rewritten
+    (reconstruct); the partition events read the partitions with a version begun or ended since, or a window open,
+    and every topic once a min.insync.replicas config changed (analyze). Every step ends equal to a build from
+    scratch."""
     t0, t1, t2 = uid(601), uid(602), uid(603)
     log = [("meta", "TOPIC_RECORD", 0, {"topic_id": t, "name": f"t{i}"}) for i, t in enumerate((t0, t1, t2))]
     log += [("meta", "PARTITION_RECORD", 0, {"topic_id": t, "partition_id": p, "replicas": [1, 2], "isr": [1, 2],
@@ -269,14 +270,18 @@ def test_going_on_replays_and_analyses_only_the_partitions_of_the_topics_named_s
     config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
     land_build_analyze(spark, copy_upto(source, inputs, 9), wh)
     partitions = wh / history_tables()["partitions"].name
-    # the end; the topics replayed and the partition rows written (closed and open versions of those topics); the
-    # topics whose partitions the events read
-    # (and the topic rows written: t0's; none; t2's closed one and t1's; every live topic's)
+    # the end; the partitions and topics replayed and the partition rows written (closed and open versions of
+    # those); the partitions the events read (t0-0's window is open from 9 on)
+    # (and the topic rows written: none (a PartitionChange reads no topic); none; t2's closed one and t1's; every
+    # live topic's)
     # and the types of the records replayed: only their typed tables are read
     change, config_record = "PARTITION_CHANGE_RECORD", "CONFIG_RECORD"
+    t0_0 = TopicsRead(partitions=frozenset({(t0, 0)}))
     for end, named, written, read, types in [
-            (11, {t0}, 3, {t0}, {change, config_record}), (12, set(), 0, {t0}, {config_record}),
-            (14, {t1, t2}, 4, {t0, t1, t2}, {"REMOVE_TOPIC_RECORD", "TOPIC_RECORD"}),
+            (11, t0_0, 2, t0_0, {change, config_record}), (12, TopicsRead(), 0, t0_0, {config_record}),
+            (14, TopicsRead(frozenset({t1, t2})), 4,
+             TopicsRead(partitions=frozenset({(t0, 0), (t1, 0), (t1, 1), (t2, 0), (t2, 1)})),
+             {"REMOVE_TOPIC_RECORD", "TOPIC_RECORD"}),
             (1 << 40, None, 2, None, {"CLEAR_ELR_RECORD", config_record})]:
         ingest(spark, [str(copy_upto(source, inputs, end))], config)
         store = store_for(spark, config)
@@ -285,7 +290,7 @@ def test_going_on_replays_and_analyses_only_the_partitions_of_the_topics_named_s
         before = DeltaTable(str(partitions)).version()
         built = reconstruct(spark, config)
         assert (built.resumed, built.rows["partitions_history"]) == (1, written), end
-        assert built.rows["topics_history"] == {11: 1, 12: 0, 14: 2}.get(end, 2), end
+        assert built.rows["topics_history"] == {11: 0, 12: 0, 14: 2}.get(end, 2), end
         assert DeltaTable(str(partitions)).version() == before if not written else before + 2, end
         assert plan_events(store, None, False).topics == {"c": read}, end
         analyze(spark, config)
@@ -316,8 +321,9 @@ def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluste
 
 def test_topic_lifecycle_goes_on_from_the_cut_and_still_sees_names_and_partitions_from_before(
         spark: Any, tmp_path: Path) -> None:
-    """After the cut: a name of a topic deleted before it is used again, a topic created before it grows and is
-    deleted. Only the rows from the cut on are rewritten, and they are those of a build from scratch."""
+    """After the cut: a name of a topic deleted before it is used again, a topic created before it grows (one
+    increment: its partition from before is read too, to count it) and is deleted (the next). Only the rows from the
+    cut on are rewritten, and they are those of a build from scratch."""
     t1, t2, t3 = "AAAAAAAAAAAAAAAAAAAAAQ", "AAAAAAAAAAAAAAAAAAAAAg", "AAAAAAAAAAAAAAAAAAAAAw"
 
     def partition(topic: str, p: int) -> tuple[str, str, int, dict[str, Any]]:
@@ -338,11 +344,14 @@ def test_topic_lifecycle_goes_on_from_the_cut_and_still_sees_names_and_partition
     inputs, wh = tmp_path / "in", tmp_path / "wh"
     land_build_analyze(spark, copy_upto(source, inputs, 6), wh)
     before = DeltaTable(str(wh / "topic_lifecycle")).version()
+    _, events = land_build_analyze(spark, copy_upto(source, inputs, 10), wh)
+    # t2 grew: read whole (t2-0 did not change); t3 was created, its partition born
+    assert events.plan.topics == {"c": TopicsRead(frozenset({t2, t3}))}, events.line()
     _, events = land_build_analyze(spark, copy_upto(source, inputs, 1 << 40), wh)
     assert list(events.plan.going_on) == ["c"], events.line()
     table = DeltaTable(str(wh / "topic_lifecycle"))
     commits = table.history(table.version() - before)  # no row before the cut: the rows of 6 on only added
-    assert [(c["operation"], c["operationParameters"].get("mode")) for c in commits] == [("WRITE", "Append")], commits
+    assert {(c["operation"], c["operationParameters"].get("mode")) for c in commits} == {("WRITE", "Append")}, commits
     rows = sorted((r["log_offset"], r["topic_id"], r["topic_name"], r["event"], r["partitions_before"],
                    r["partitions_after"], r["name_reused"], r["previous_topic_id"])
                   for r in DeltaTable(str(wh / "topic_lifecycle")).to_pyarrow_table().to_pylist())

@@ -1,8 +1,9 @@
 """What lets an hourly ``reconstruct`` cost what the hour touched, on the replayer alone (no Spark).
 
-* A replay going on needs in its image only the topics its records name and their partitions
-  (``Replayer.topics_read``): it restores, and rewrites, only those topics' and partitions' open versions, so a big
-  cluster's hour that touches a few topics costs those topics, not its 10k topics and 150k partitions.
+* A replay going on needs in its image only the partitions its PartitionChanges name and the topics its other
+  topic and partition records name, whole (``Replayer.topics_read``): it restores, and rewrites, only those open
+  versions, so a big cluster's hour that touches a few partitions costs those, not its 10k topics and 150k
+  partitions.
 * Closed versions are handed over in the order they end, so the history files' Parquet statistics on
   ``valid_to_offset`` let an increment skip the row groups of versions that ended before it.
 """
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 
 from kraftlog.spark.predicates import TOPICS_NAMED, named_topics
 from kraftlog.state.history import Versions
-from kraftlog.state.replay import Change, Event, Replayer
+from kraftlog.state.replay import Change, Event, Replayer, TopicsRead
 from kraftlog.wire.messages import default_codec
 
 
@@ -39,15 +40,16 @@ def replayed(evs: list[Event]) -> Replayer:
     return r
 
 
-def named(evs: list[Event]) -> list[tuple[str, str | None]]:
-    """(record type, topic id) of each record, as the Spark build reads them from the typed tables."""
-    return [(e.decoded.type or "", (e.decoded.data or {}).get("topic_id")) for e in evs if e.decoded.status == "ok"]
+def named(evs: list[Event]) -> list[tuple[str, str | None, int | None]]:
+    """(record type, topic id, partition id) of each record, as the Spark build reads them from the typed tables."""
+    return [(e.decoded.type or "", data.get("topic_id"), data.get("partition_id"))
+            for e in evs if e.decoded.status == "ok" for data in [e.decoded.data or {}]]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=log_items(min_size=1, max_size=60), later=log_items(min_size=1, max_size=30))
-def test_records_change_the_same_with_only_the_topics_they_name_and_their_partitions(log: list[Item],
-                                                                                   later: list[Item]) -> None:
+def test_records_change_the_same_with_only_the_partitions_and_topics_they_name(log: list[Item],
+                                                                             later: list[Item]) -> None:
     head, tail = events(log), events(later, len(log))
     whole = replayed(head)
     if whole.open_transaction is not None:  # the build goes on from the Begin (its records are replayed again)
@@ -58,7 +60,7 @@ def test_records_change_the_same_with_only_the_topics_they_name_and_their_partit
     part = copy.deepcopy(whole)
     if topics is not None:
         for kind in Replayer.TOPIC_KINDS:
-            part.image.entities[kind] = {k: v for k, v in whole.image.entities[kind].items() if k[0] in topics}
+            part.image.entities[kind] = {k: v for k, v in whole.image.entities[kind].items() if topics.holds(kind, k)}
     left = {kind: {k: v for k, v in whole.image.entities[kind].items() if k not in part.image.entities[kind]}
             for kind in Replayer.TOPIC_KINDS}
     found: dict[str, list[Change]] = {"whole": [], "part": []}
@@ -78,18 +80,27 @@ def test_records_change_the_same_with_only_the_topics_they_name_and_their_partit
     assert part.image.entities == expected
 
 
-def test_topics_read_names_the_topics_of_topic_keyed_records_and_any_for_clear_elr() -> None:
-    records = [("PARTITION_CHANGE_RECORD", "a"), ("TOPIC_RECORD", "b"), ("REMOVE_TOPIC_RECORD", "c"),
-               ("PARTITION_RECORD", "a"), ("CONFIG_RECORD", None), ("FENCE_BROKER_RECORD", None)]
-    assert Replayer.topics_read(records) == {"a", "b", "c"}
-    assert Replayer.topics_read([("FENCE_BROKER_RECORD", None)]) == set()
-    assert Replayer.topics_read([*records, ("CLEAR_ELR_RECORD", None)]) is None
+def test_topics_read_names_partitions_of_partition_changes_topics_of_topic_records_and_any_for_clear_elr() -> None:
+    records = [("PARTITION_CHANGE_RECORD", "a", 0), ("TOPIC_RECORD", "b", None), ("REMOVE_TOPIC_RECORD", "c", None),
+               ("PARTITION_RECORD", "d", 2), ("PARTITION_CHANGE_RECORD", "b", 1), ("PARTITION_CHANGE_RECORD", "e", 3),
+               ("CONFIG_RECORD", None, None), ("FENCE_BROKER_RECORD", None, None)]
+    read = Replayer.topics_read(records)
+    # a PartitionRecord reads its topic: the topic whole; b's partition: b is whole
+    assert read == TopicsRead(frozenset({"b", "c", "d"}), frozenset({("a", 0), ("e", 3)}))
+    assert read is not None and read.holds("partitions", ("a", 0)) and read.holds("partitions", ("d", 7))
+    assert read.holds("topics", ("d",)) and not read.holds("topics", ("a",))  # a PartitionChange reads no topic
+    assert not read.holds("partitions", ("a", 1))
+    assert Replayer.topics_read([("FENCE_BROKER_RECORD", None, None)]) == TopicsRead()
+    assert Replayer.topics_read([*records, ("CLEAR_ELR_RECORD", None, None)]) is None
 
 
-def test_an_increment_naming_more_topics_than_a_list_holds_reads_every_topic() -> None:
-    many = {f"t{i}" for i in range(TOPICS_NAMED + 1)}
-    assert named_topics(many) is None and named_topics(None) is None
-    assert named_topics({"a"}) == {"a"} and named_topics(set()) == set()
+def test_an_increment_naming_more_than_a_list_holds_reads_its_topics_whole_then_every_topic() -> None:
+    many = TopicsRead.of([], [(f"t{i % 10}", i) for i in range(TOPICS_NAMED + 1)])
+    assert named_topics(many) == TopicsRead(frozenset(f"t{i}" for i in range(10)))
+    assert named_topics(TopicsRead.of([f"t{i}" for i in range(TOPICS_NAMED + 1)], [])) is None
+    assert named_topics(None) is None
+    few = TopicsRead.of(["a"], [("a", 1), ("b", 0)])
+    assert named_topics(few) == few == TopicsRead(frozenset({"a"}), frozenset({("b", 0)}))
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

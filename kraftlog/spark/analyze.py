@@ -11,8 +11,8 @@ the cluster had. The next run compares each cluster with that row and the curren
   ``log_offset >= R`` from the versions holding at ``R`` or later; ``WINDOW`` tables rebuild the windows
   open or ending at ``R`` or later, from the versions holding at the earliest such window's start;
   ``CLUSTER`` tables rebuild the cluster's rows. Of the partitions, ``POINT`` and ``WINDOW`` tables read only
-  the topics with a partition version begun or ended at ``R`` or later, or a window still open
-  (``partition_topics``): an hour's cost follows the topics it touched. The tables of the landed log itself
+  those with a version begun or ended at ``R`` or later, or a window still open (``partition_topics``): an
+  hour's cost follows the partitions it touched. The tables of the landed log itself
   go on from what landed since (``kraftlog.spark.landed``): ``HOURS`` tables rebuild the hours from the
   earliest one a row landed since falls in, ``LOG`` tables the gaps after the last offset landed before the
   earliest record landed since, ``EPOCHS`` tables the epoch holding that offset and later ones
@@ -59,6 +59,7 @@ from kraftlog.spark.predicates import Scope, cluster_predicate, named_topics, of
 from kraftlog.spark.session import local_frame
 from kraftlog.spark.store import TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
+from kraftlog.state.replay import TopicsRead
 from kraftlog.tables.definitions import TableDef, catalog
 
 log = logging.getLogger("kraftlog")
@@ -100,8 +101,8 @@ class EventPlan:
     gaps_after: dict[str, int] = field(default_factory=dict)  # of those with new records: where LOG tables go on
     epochs_after: dict[str, int] = field(default_factory=dict)  # and where EPOCHS tables go on
     log_ends: dict[str, int | None] = field(default_factory=dict)  # analyze_state.log_end of the clusters going on
-    # per cluster going on, the topics whose partitions the partition events read (``partition_topics``; None: all)
-    topics: dict[str, set[str] | None] = field(default_factory=dict)
+    # per cluster going on, the partitions the partition events read (``partition_topics``; None: all)
+    topics: dict[str, TopicsRead | None] = field(default_factory=dict)
 
     @property
     def clusters(self) -> list[str]:
@@ -207,29 +208,43 @@ def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> Ev
     return plan
 
 
-def partition_topics(store: TableStore, resume: dict[str, int]) -> dict[str, set[str] | None]:
-    """Per cluster going on (from its resume offset), the topics whose partitions its partition events read (None:
-    every topic's, or more than ``TOPICS_NAMED``). A partition's events from the resume offset on (``POINT``) come
-    from its versions begun or ended there or later, and its windows (``WINDOW``) rebuilt are those open then or
-    ending later: so the topics of the partitions with such a version or with a window still open, and where a
-    config that applies to partitions by topic, leader or cluster changed since (``PARTITION_CONFIGS``), every
-    topic. Whole topics, as ``topic_lifecycle`` counts a topic's partitions."""
+def partition_topics(store: TableStore, resume: dict[str, int]) -> dict[str, TopicsRead | None]:
+    """Per cluster going on (from its resume offset), the partitions its partition events read (None: every topic's,
+    or more than ``TOPICS_NAMED``). A partition's events from the resume offset on (``POINT``) come from its versions
+    begun or ended there or later, and its windows (``WINDOW``) rebuilt are those open then or ending later: so the
+    partitions with such a version or with a window still open, and where a config that applies to partitions by
+    topic, leader or cluster changed since (``PARTITION_CONFIGS``), every topic's. A topic a partition was born in
+    since is read whole: ``topic_lifecycle`` counts the partitions it had before."""
     if not resume:
         return {}
     kinds = history_tables()
     since = Scope.of([], resume, "valid_from_offset", "valid_to_offset")
     every = F.lit(None).cast("string").alias("topic_id")
-    named = [since.select(store.read(kinds["partitions"])).select("cluster_id", "topic_id"),
+    none = F.lit(None).cast("int").alias("partition_id")
+    keys = ["cluster_id", "topic_id", "partition_id"]
+    versions = since.select(store.read(kinds["partitions"])).select(*keys, "valid_from_offset", "valid_to_offset",
+                                                                     "ended_by")
+    # born since: a version begun since that no update ended into
+    into = versions.filter(F.col("ended_by") == "update").select(
+        *keys, F.col("valid_to_offset").alias("valid_from_offset"))
+    born = (Scope.of([], resume, "valid_from_offset").select(versions)
+            .join(into, [*keys, "valid_from_offset"], "left_anti")
+            .select("cluster_id", "topic_id", none))  # (a null partition: the topic whole)
+    named = [versions.select(*keys), born,
              since.select(store.read(kinds["configs"])).filter(F.col("name").isin(*PARTITION_CONFIGS))
-             .select("cluster_id", every)]
+             .select("cluster_id", every, none)]
     named += [store.read(t).filter(F.col("to_offset").isNull() & of_clusters(list(resume)))
-              .select("cluster_id", "topic_id" if "topic_id" in t.schema.names else every)
+              .select(*(keys if "partition_id" in t.schema.names else ["cluster_id", every, none]))
               for t in event_tables().values() if increment_of(t) == WINDOW]
-    found: dict[str, set[str | None]] = {c: set() for c in resume}
+    found: dict[str, list[tuple[str, int | None]] | None] = {c: [] for c in resume}
     for r in functools.reduce(DataFrame.unionByName, named).distinct().collect():
-        found[r["cluster_id"]].add(r["topic_id"])
-    return {c: None if None in topics else named_topics({t for t in topics if t is not None})
-            for c, topics in found.items()}
+        rows = found[r["cluster_id"]]
+        if r["topic_id"] is None:
+            found[r["cluster_id"]] = None  # every topic
+        elif rows is not None:
+            rows.append((r["topic_id"], r["partition_id"]))
+    return {c: None if rows is None else named_topics(TopicsRead.of(
+        [t for t, p in rows if p is None], [(t, p) for t, p in rows if p is not None])) for c, rows in found.items()}
 
 
 def gaps_after(store: TableStore, got: dict[str, Landed], ends: dict[str, int | None]) -> dict[str, int]:
@@ -274,10 +289,10 @@ def epochs_after(store: TableStore, got: dict[str, Landed], ends: dict[str, int 
 
 def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope | None = None,
            read: Inputs | None = None, since: Scope | None = None,
-           topics: Mapping[str, set[str] | None] | None = None) -> Inputs:
+           topics: Mapping[str, TopicsRead | None] | None = None) -> Inputs:
     """The histories, landed tables and replay ranges of a store: only ``clusters`` if given, and only the
     history rows in ``versions`` if given; ``since``: what the builders read of those clusters (``Inputs.since``);
-    ``topics``: per cluster, the only topics whose partitions are read (None: every topic's).
+    ``topics``: per cluster, the only partitions read (None: every topic's).
     ``read``: the store's tables already read (``inputs()``)."""
     if read is None:
         read = Inputs(read_histories(store), functools.cache(landed(store)), store.read(replay_ranges_table()))

@@ -8,9 +8,10 @@ records it applied. The next build compares each cluster with that row:
 * **go on**: same base, the log only grew, and the records applied before are exactly the same
   (count and digest): the replay restarts from the current versions the last build left (its open
   history rows are the image) and applies only the new records; the open rows are rewritten, closed
-  rows stay. Of the topics and partitions, only the topics the new records name and their partitions
-  are restored and rewritten (``Replayer.topics_read``: no other can change), so an hour's cost follows
-  the topics it touched, not every topic and partition of the cluster (``Plan.restored``). A build that ended inside a
+  rows stay. Of the topics and partitions, only those the new records name (the partitions of
+  PartitionChanges, the topics of other topic and partition records with all their partitions) are restored and
+  rewritten (``Replayer.topics_read``: no other can change), so an hour's cost follows the partitions it
+  touched, not every topic and partition of the cluster (``Plan.restored``). A build that ended inside a
   metadata transaction goes on from its Begin: the control records applied since (they do not wait
   for the End) are applied again, so the image is the versions holding just before the Begin and the
   rows those records began or ended are rewritten too (``Plan.reopened``);
@@ -27,7 +28,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.spark.bases import (
@@ -41,12 +42,19 @@ from kraftlog.spark.bases import (
     summary_row,
 )
 from kraftlog.spark.landed import Mark, ledger_marks
-from kraftlog.spark.predicates import Scope, cluster_predicate, named_topics, of_clusters, sql_literal
+from kraftlog.spark.predicates import (
+    Scope,
+    cluster_predicate,
+    named_topics,
+    of_clusters,
+    sql_literal,
+    topics_sql,
+)
 from kraftlog.spark.replay import state_rows
 from kraftlog.spark.session import local_frame
 from kraftlog.spark.store import TableStore
 from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
-from kraftlog.state.replay import Replayer
+from kraftlog.state.replay import Replayer, TopicsRead
 from kraftlog.tables.definitions import catalog
 
 
@@ -71,8 +79,8 @@ class Plan:
     marks: dict[str, Mark] = field(default_factory=dict)  # each cluster's ledger when planned
     # unchanged clusters whose replay_state row moves (a new ledger mark, snapshot): cluster -> the row it had
     refreshed: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # clusters going on -> the topics their replay restores and rewrites, with their partitions (None: every topic)
-    restored: dict[str, set[str] | None] = field(default_factory=dict)
+    # clusters going on -> the topics and partitions their replay restores and rewrites (None: every topic)
+    restored: dict[str, TopicsRead | None] = field(default_factory=dict)
     # the types of the records the replays read, when every cluster replayed goes on (None: every type)
     record_types: set[str] | None = None
 
@@ -87,17 +95,18 @@ class Plan:
             parts.append(f"({cluster_predicate(plain)} AND {held})")
         for c in (c for c in self.resumed if c not in plain):
             topics = self._topics(kind, c)
-            if topics == set():
+            if topics is not None and topics.empty:
                 continue  # none of its rows of the kind change
             rows = held if c not in self.reopened else \
                 f"({held} OR valid_to_offset >= {self.reopened[c]})"  # and what control records changed since
             if topics is not None:
-                rows = f"topic_id IN ({', '.join(map(sql_literal, sorted(topics)))}) AND {rows}"
+                rows = f"{topics_sql(topics, kind)} AND {rows}"
             parts.append(f"(cluster_id = {sql_literal(c)} AND {rows})")
         return " OR ".join(parts) if parts else None
 
-    def _topics(self, kind: str, cluster: str) -> set[str] | None:
-        """The topics whose rows of ``kind`` a cluster going on replaces (None: every row of the kind)."""
+    def _topics(self, kind: str, cluster: str) -> TopicsRead | None:
+        """The topics and partitions whose rows of ``kind`` a cluster going on replaces (None: every row of the
+        kind)."""
         return self.restored.get(cluster) if kind in Replayer.TOPIC_KINDS else None
 
     def cluster_where(self, refreshed: bool = False) -> str | None:
@@ -218,22 +227,27 @@ def types_since(table: TableSource, resume: dict[str, tuple[str, int]]) -> dict[
 
 
 def topics_read(table: TableSource, resume: dict[str, tuple[str, int]], types: dict[str, set[str]]
-                ) -> dict[str, set[str] | None]:
+                ) -> dict[str, TopicsRead | None]:
     """Per cluster going on (source cluster -> its replay's cluster and resume offset; ``types``: those of its
-    records from there, ``types_since``), the topics its records from the resume offset on read or change, with
-    their partitions (``Replayer.topics_read``; None: any topic, or more than ``TOPICS_NAMED``): the only topics and
-    partitions its replay needs in its image, the only ones that can change."""
+    records from there, ``types_since``), the topics and partitions its records from the resume offset on read or
+    change (``Replayer.topics_read``; None: any topic, or more than ``TOPICS_NAMED``): the only ones its replay needs
+    in its image, the only ones that can change."""
     by_type = catalog().by_record_type
-    keyed = sorted((Replayer.TOPIC_KEYED | Replayer.ANY_TOPIC) & set().union(*types.values()))
-    found: dict[str, list[tuple[str, str | None]]] = {c: [] for c in resume}
+    by_topic = Replayer.TOPIC_KEYED | Replayer.PARTITION_KEYED
+    keyed = sorted((by_topic | Replayer.ANY_TOPIC) & set().union(*types.values()))
+    found: dict[str, list[tuple[str, str | None, int | None]]] = {c: [] for c in resume}
+
+    def key(t: str, column: str, of: frozenset[str], kind: str) -> Column:  # the record's, where its rule reads it
+        return (F.col(column) if t in of else F.lit(None)).cast(kind).alias(column)
+
     if keyed:
-        named = functools.reduce(DataFrame.unionByName, [
+        rows = functools.reduce(DataFrame.unionByName, [
             _since(resume).select(table(by_type[t].name).filter(F.col("source") == "log")).select(
-                "cluster_id", F.lit(t).alias("record_type"),
-                (F.col("topic_id") if t in Replayer.TOPIC_KEYED else F.lit(None).cast("string")).alias("topic_id"))
+                "cluster_id", F.lit(t).alias("record_type"), key(t, "topic_id", by_topic, "string"),
+                key(t, "partition_id", Replayer.PARTITION_KEYED, "int"))
             for t in keyed])
-        for r in named.distinct().collect():
-            found[r["cluster_id"]].append((r["record_type"], r["topic_id"]))
+        for r in rows.distinct().collect():
+            found[r["cluster_id"]].append((r["record_type"], r["topic_id"], r["partition_id"]))
     return {cluster: named_topics(Replayer.topics_read(found[c])) for c, (cluster, _) in resume.items()}
 
 

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from kraftlog.errors import UsageError
 from kraftlog.spark.session import local_frame
+from kraftlog.state.replay import TopicsRead
 
 
 def sql_literal(text: str) -> str:
@@ -50,27 +51,47 @@ def cut_literal(value: int | str | datetime) -> str:
     return str(int(value))
 
 
-TOPICS_NAMED = 10_000  # a cluster's increment naming more topics than this reads (and rewrites) every topic's rows
+TOPICS_NAMED = 10_000  # topics and partitions an increment names of a cluster, at most: more read the cluster's all
 
 
-def named_topics(topics: set[str] | None) -> set[str] | None:
-    """``topics`` (None: every topic), or None when more than ``TOPICS_NAMED``: a list that long costs more to join or
-    delete by (``only_topics``, an ``IN`` list) than every topic's rows."""
-    return None if topics is None or len(topics) > TOPICS_NAMED else topics
+def named_topics(read: TopicsRead | None) -> TopicsRead | None:
+    """``read`` (None: every topic) while it names at most ``TOPICS_NAMED`` topics and partitions, else its topics
+    whole while they are at most as many, else None: a list longer costs more to join or delete by
+    (``only_topics``, ``topics_sql``: ``IN`` lists) than every topic's rows."""
+    if read is None or len(read.topics) + len(read.partitions) <= TOPICS_NAMED:
+        return read
+    whole = read.by_topic()
+    return whole if len(whole.topics) <= TOPICS_NAMED else None
 
 
-def only_topics(df: DataFrame, topics: Mapping[str, set[str] | None]) -> DataFrame:
-    """The rows of ``df`` (with ``topic_id``) of only ``topics`` in the clusters it names with a set, every row of the
-    others (None: every topic)."""
-    named = {c: ts for c, ts in topics.items() if ts is not None}
+def only_topics(df: DataFrame, topics: Mapping[str, TopicsRead | None]) -> DataFrame:
+    """The rows of ``df`` (with ``topic_id``, and with ``partition_id`` for partitions) of only what ``topics`` names
+    in the clusters it names so, every row of the others (None: every topic)."""
+    named = {c: read for c, read in topics.items() if read is not None}
     if not named:
         return df
     spark = df.sparkSession
-    pairs = local_frame(spark, [(c, t) for c, ts in named.items() for t in sorted(ts)],
-                        "cluster_id string, topic_id string")
+    by_partition = "partition_id" in df.columns
+    keys = local_frame(spark, [(c, t, p) for c, read in named.items()
+                               for t, p in [*((t, None) for t in sorted(read.topics)),
+                                            *(sorted(read.partitions) if by_partition else ())]],
+                       "_k_cluster string, _k_topic string, _k_partition int")
+    hit = (F.col("cluster_id") == F.col("_k_cluster")) & (F.col("topic_id") == F.col("_k_topic"))
+    if by_partition:
+        hit &= F.col("_k_partition").isNull() | (F.col("partition_id") == F.col("_k_partition"))
     return (df.join(F.broadcast(local_frame(spark, [(c,) for c in named], "cluster_id string")), "cluster_id",
                     "left_anti")
-            .unionByName(df.join(F.broadcast(pairs), ["cluster_id", "topic_id"], "left_semi")))
+            .unionByName(df.join(F.broadcast(keys), hit, "left_semi")))
+
+
+def topics_sql(read: TopicsRead, kind: str) -> str:
+    """What ``read`` names of the rows of entity ``kind`` (topics or partitions), as a SQL predicate (``false``:
+    nothing): one ``IN`` list per form, as Spark and delta-rs both evaluate them quickly."""
+    terms = [f"topic_id IN ({', '.join(map(sql_literal, sorted(read.topics)))})"] if read.topics else []
+    if kind == "partitions" and read.partitions:
+        terms.append("concat(topic_id, ':', CAST(partition_id AS STRING)) IN ("
+                     + ", ".join(sql_literal(f"{t}:{p}") for t, p in sorted(read.partitions)) + ")")
+    return "(" + " OR ".join(terms) + ")" if terms else "false"
 
 
 SQL_TERMS = 8  # distinct cut offsets a Scope selects by SQL in Spark; more: a broadcast join

@@ -37,7 +37,7 @@ from kraftlog.spark.session import default_parallelism, local_frame
 from kraftlog.spark.store import FILE_PART, StagedFile, TableStore, restage, staged_rows
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
 from kraftlog.state.history import Versions
-from kraftlog.state.replay import Change, Event, Replayer, still_open, still_open_parts
+from kraftlog.state.replay import Change, Event, Replayer, TopicsRead, still_open, still_open_parts
 from kraftlog.tables.definitions import RECORD_KEY, TableDef, catalog, columns_at, typed_specs
 from kraftlog.wire.files import paused_gc
 from kraftlog.wire.messages import Decoded
@@ -97,12 +97,12 @@ def _typed_rows(table: TableSource, source: _Source) -> DataFrame:
 
 
 def state_rows(histories: dict[str, DataFrame], resume: dict[str, int],
-               restored: Mapping[str, set[str] | None] | None = None) -> DataFrame | None:
+               restored: Mapping[str, TopicsRead | None] | None = None) -> DataFrame | None:
     """Stream rows restoring where the last build of each cluster of ``resume`` stopped: the versions holding just
     before its resume offset. That is every current version, except where the build ended inside a metadata
     transaction: control records (voters, kraft.version) applied since its Begin are applied again, so the versions
     they began are left out and those they ended are restored (``Plan.history_where`` replaces both). ``restored``:
-    per cluster, the only topics restored, with their partitions (``Replayer.topics_read``; None: every topic)."""
+    per cluster, the only topics and partitions restored (``Replayer.topics_read``; None: every topic)."""
     if not histories:
         return None
     out: DataFrame | None = None

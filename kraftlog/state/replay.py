@@ -127,6 +127,33 @@ def still_open_parts(problem: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+@dataclass(frozen=True)
+class TopicsRead:
+    """Some topics and partitions (of ``Replayer.TOPIC_KINDS``): ``topics`` whole, with all their partitions, and
+    single ``partitions`` (topic id, partition id), without their topic."""
+
+    topics: frozenset[str] = frozenset()
+    partitions: frozenset[tuple[str, int]] = frozenset()
+
+    @classmethod
+    def of(cls, topics: Iterable[str], partitions: Iterable[tuple[str, int]]) -> TopicsRead:
+        """``topics`` whole and ``partitions`` (but those of the topics whole: they hold them)."""
+        whole = frozenset(topics)
+        return cls(whole, frozenset(p for p in partitions if p[0] not in whole))
+
+    @property
+    def empty(self) -> bool:
+        return not self.topics and not self.partitions
+
+    def holds(self, kind: str, key: Key) -> bool:
+        """Whether the entity ``key`` of ``kind`` (a topic or a partition) is among these."""
+        return key[0] in self.topics or (kind == "partitions" and (key[0], key[1]) in self.partitions)
+
+    def by_topic(self) -> TopicsRead:
+        """The same, the topic of each partition named read whole."""
+        return TopicsRead(self.topics | {t for t, _ in self.partitions})
+
+
 class Replayer:
     """Applies events to an ``Image`` and reports every entity change to ``on_change``."""
 
@@ -143,12 +170,14 @@ class Replayer:
     BY_TOPIC = frozenset({"PARTITION_RECORD", "PARTITION_CHANGE_RECORD"})
     TOPIC_WIDE = frozenset({"TOPIC_RECORD", "REMOVE_TOPIC_RECORD", "CLEAR_ELR_RECORD", *MARKERS})
     SPLIT_KIND, EVERY_PART_KIND = "partitions", "topics"
-    # The topics and partitions (TOPIC_KINDS: the entities keyed by a topic id) a rule reads or changes: the topic
-    # the record's topic_id names and its partitions (TOPIC_KEYED), or any topic (ANY_TOPIC: ClearElr names its
-    # topic by name, or none for all); no other rule reads or changes a topic or a partition. A replay going on from
-    # an image so needs in it only the topics its records name and their partitions (``topics_read``).
+    # The topics and partitions (TOPIC_KINDS: the entities keyed by a topic id) a rule reads or changes: the
+    # partition a PartitionChange names (PARTITION_KEYED), the topic the record's topic_id names and all its
+    # partitions (TOPIC_KEYED: a PartitionRecord reads its topic), or any topic (ANY_TOPIC: ClearElr names its topic
+    # by name, or none for all); no other rule reads or changes a topic or a partition. A replay going on from an
+    # image so needs in it only what its records name (``topics_read``).
     TOPIC_KINDS = frozenset({"topics", "partitions"})
-    TOPIC_KEYED = BY_TOPIC | {"TOPIC_RECORD", "REMOVE_TOPIC_RECORD"}
+    PARTITION_KEYED = frozenset({"PARTITION_CHANGE_RECORD"})
+    TOPIC_KEYED = frozenset({"TOPIC_RECORD", "REMOVE_TOPIC_RECORD", "PARTITION_RECORD"})
     ANY_TOPIC = frozenset({"CLEAR_ELR_RECORD"})
 
     def __init__(self, on_change: Callable[[Change], None] | None = None):
@@ -268,17 +297,22 @@ class Replayer:
         return frozenset(Replayer.RULES) | frozenset(MARKERS)
 
     @staticmethod
-    def topics_read(records: Iterable[tuple[str, str | None]]) -> set[str] | None:
-        """The topics the rules of ``records`` (record type, topic id) read or change, with their partitions (None:
-        any topic): applied to an image holding only those topics and their partitions (of ``TOPIC_KINDS``), the
-        records make the same changes and problems as applied to the whole image."""
-        out = set()
-        for record_type, topic in records:
+    def topics_read(records: Iterable[tuple[str, str | None, int | None]]) -> TopicsRead | None:
+        """What the rules of ``records`` (record type, topic id, partition id) read or change of the topics and
+        partitions (None: any topic): applied to an image holding only that of ``TOPIC_KINDS``
+        (``TopicsRead.holds``), the records make the same changes and problems as applied to the whole image."""
+        topics: set[str] = set()
+        partitions: set[tuple[str, int]] = set()
+        for record_type, topic, partition in records:
             if record_type in Replayer.ANY_TOPIC:
                 return None
-            if record_type in Replayer.TOPIC_KEYED and topic is not None:
-                out.add(topic)
-        return out
+            if topic is None:
+                continue
+            if record_type in Replayer.TOPIC_KEYED:
+                topics.add(topic)
+            elif record_type in Replayer.PARTITION_KEYED and partition is not None:
+                partitions.add((topic, partition))
+        return TopicsRead.of(topics, partitions)
 
     # -- dispatch -------------------------------------------------------------------------------------
     def _apply(self, ev: Event, offset: int, timestamp: int) -> None:
