@@ -293,7 +293,10 @@ def test_going_on_replays_and_analyses_only_the_partitions_named_since(spark: An
         assert built.rows["topics_history"] == {11: 0, 12: 0, 14: 2}.get(end, 2), end
         assert DeltaTable(str(partitions)).version() == before if not written else before + 2, end
         assert plan_events(store, None, False).topics == {"c": read}, end
+        lifecycle = DeltaTable(str(wh / "topic_lifecycle")).version()
         analyze(spark, config)
+        if end != 1 << 40:  # no topic changed nor partition born before 14: topic_lifecycle is not rewritten
+            assert (DeltaTable(str(wh / "topic_lifecycle")).version() != lifecycle) == (end == 14), end
         assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
 
 
@@ -321,9 +324,10 @@ def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluste
 
 def test_topic_lifecycle_goes_on_from_the_cut_and_still_sees_names_and_partitions_from_before(
         spark: Any, tmp_path: Path) -> None:
-    """After the cut: a name of a topic deleted before it is used again, a topic created before it grows (one
-    increment: its partition from before is read too, to count it) and is deleted (the next). Only the rows from the
-    cut on are rewritten, and they are those of a build from scratch."""
+    """After the cut: a name of a topic deleted before it is used again (one increment), a topic created before it
+    grows (the next: no topic changes, a partition is born; its partition from before is read too, to count it) and
+    is deleted (the last). Only the rows from the cut on are rewritten, and they are those of a build from
+    scratch."""
     t1, t2, t3 = "AAAAAAAAAAAAAAAAAAAAAQ", "AAAAAAAAAAAAAAAAAAAAAg", "AAAAAAAAAAAAAAAAAAAAAw"
 
     def partition(topic: str, p: int) -> tuple[str, str, int, dict[str, Any]]:
@@ -344,9 +348,11 @@ def test_topic_lifecycle_goes_on_from_the_cut_and_still_sees_names_and_partition
     inputs, wh = tmp_path / "in", tmp_path / "wh"
     land_build_analyze(spark, copy_upto(source, inputs, 6), wh)
     before = DeltaTable(str(wh / "topic_lifecycle")).version()
+    land_build_analyze(spark, copy_upto(source, inputs, 8), wh)
     _, events = land_build_analyze(spark, copy_upto(source, inputs, 10), wh)
-    # t2 grew: read whole (t2-0 did not change); t3 was created, its partition born
-    assert events.plan.topics == {"c": TopicsRead(frozenset({t2, t3}))}, events.line()
+    # t2 grew, no topic changed: t2 is read whole (t2-0 did not change), and topic_lifecycle is rebuilt for it
+    assert events.plan.topics == {"c": TopicsRead(frozenset({t2}))}, events.line()
+    assert events.rows["topic_lifecycle"] == 1, events.line()
     _, events = land_build_analyze(spark, copy_upto(source, inputs, 1 << 40), wh)
     assert list(events.plan.going_on) == ["c"], events.line()
     table = DeltaTable(str(wh / "topic_lifecycle"))

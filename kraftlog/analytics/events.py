@@ -657,6 +657,13 @@ def log_gaps(inputs: Inputs) -> DataFrame:
     return select_table(gaps, "log_gaps")
 
 
+# What can give a table rows from a cut on, where that is less than all it reads (``kraftlog.spark.analyze`` skips
+# the table in an increment where none of it changed since the cut): entity kinds with a version begun or ended since,
+# and BIRTHS, a partition born since. ``topic_lifecycle`` reads the partitions and the landed records only around the
+# topics' versions and the partitions born.
+BIRTHS = "partition births"
+CHANGED_BY: dict[str, frozenset[str]] = {"topic_lifecycle": frozenset({"topics", BIRTHS})}
+
 BUILDERS: dict[str, Callable[[Inputs], DataFrame]] = {
     "leader_elections": leader_elections, "isr_changes": isr_changes, "under_replicated": under_replicated,
     "under_min_isr": under_min_isr, "broker_lifecycle": broker_lifecycle,

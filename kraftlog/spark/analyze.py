@@ -51,7 +51,7 @@ from kraftlog.analytics.definitions import (
     event_tables,
     increment_of,
 )
-from kraftlog.analytics.events import BUILDERS, PARTITION_CONFIGS, Inputs
+from kraftlog.analytics.events import BIRTHS, BUILDERS, CHANGED_BY, PARTITION_CONFIGS, Inputs
 from kraftlog.config import Config
 from kraftlog.spark.history import built_clusters, landed, read_histories
 from kraftlog.spark.landed import Landed, Mark, landed_after, landed_since, ledger_marks, log_ends
@@ -348,7 +348,8 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
 
     When every cluster goes on, a table is skipped if nothing it read changed since the cuts: no history it
     reads has a version begun or ended since, it reads no landed table, and it reads the log's end (where
-    open windows end for now) only while no window is open (``_Reader.stale``)."""
+    open windows end for now) only while no window is open (``_Reader.stale``); or, for the tables that say what
+    can give them rows (``CHANGED_BY``), none of that changed."""
     every = inputs(store)
     clusters = None if plan.everything else plan.clusters
     # POINT and WINDOW read alike
@@ -370,7 +371,8 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
                 continue
             reader = _Reader(by_kind[increment])
             df = BUILDERS[name](reader)
-            if plan.only_going_on and not reader.stale(increment, any_open, changed.result()):
+            if plan.only_going_on and not (bool(CHANGED_BY[name] & changed.result()) if name in CHANGED_BY
+                                           else reader.stale(increment, any_open, changed.result())):
                 continue  # nothing it reads changed since the cuts
             yield t, df if where is None else where.select(df), None if where is None else where.sql()
 
@@ -405,14 +407,16 @@ class _Reader(Inputs):
 
 
 def changed_kinds(x: Inputs, plan: EventPlan) -> set[str]:
-    """The entity kinds with a version begun or ended at or after a going-on cluster's resume offset (none when a
-    cluster is rebuilt or gone: every table is then rebuilt)."""
+    """The entity kinds with a version begun or ended at or after a going-on cluster's resume offset, and ``BIRTHS``
+    where a partition may have been born since (the topics the plan reads whole: ``partition_topics``); none when a
+    cluster is rebuilt or gone: every table is then rebuilt."""
     if not plan.going_on or not plan.only_going_on:
         return set()
     since = Scope.of([], {c: cut.resume for c, cut in plan.going_on.items()}, "valid_from_offset", "valid_to_offset")
     found = functools.reduce(DataFrame.unionByName, [since.select(df).select(F.lit(kind).alias("kind")).limit(1)
                                                      for kind, df in x.histories.items()])
-    return {r["kind"] for r in found.collect()}
+    born = any(read is None or read.topics for read in plan.topics.values())
+    return {r["kind"] for r in found.collect()} | ({BIRTHS} if born else set())
 
 
 @dataclass
