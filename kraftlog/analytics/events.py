@@ -267,15 +267,23 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
     parts = inputs.history("partitions")
     mir = (inputs.history("configs").filter(F.col("name").isin(*PARTITION_CONFIGS))
            .withColumn("_v", F.col("value").try_cast("int")))
-    # evaluation points: each partition version (which carries its state), each deletion, each min.insync.replicas
-    # boundary
+    # evaluation points: each partition version (which carries its state), each deletion, in an incremental analysis
+    # `since` itself (the state then: a point of its own), all in one pass over the versions; and each
+    # min.insync.replicas boundary
     state = F.struct(F.col("valid_to_offset").alias("to"), F.col("topic_name").alias("name"),
                      F.size("isr").alias("isr"), F.col("leader").alias("leader"))
     no_state = F.lit(None).cast(parts.select(state.alias("s")).schema["s"].dataType)
-    points = parts.select(*PARTITION, F.col("valid_from_offset").alias("at"), F.col("valid_from").alias("at_time"),
-                          state.alias("_state"))
-    points = points.unionByName(parts.filter(F.col("ended_by") == "delete").select(
-        *PARTITION, F.col("valid_to_offset").alias("at"), F.col("valid_to").alias("at_time"), no_state.alias("_state")))
+
+    def point(at: Column, at_time: Column, s: Column) -> Column:
+        return F.struct(at.alias("at"), at_time.alias("at_time"), s.alias("_state"))
+
+    since = (parts.join(inputs.cuts(parts), "cluster_id", "left") if inputs.since is not None
+             else parts.withColumn("since", F.lit(None).cast("long")))
+    each = F.array_compact(F.array(
+        point(F.col("valid_from_offset"), F.col("valid_from"), state),
+        F.when(F.col("ended_by") == "delete", point(F.col("valid_to_offset"), F.col("valid_to"), no_state)),
+        F.when(valid_at(F.col("since")), point(F.col("since"), F.lit(None).cast("timestamp"), no_state))))
+    points = since.select(*PARTITION, F.explode(each).alias("_p")).select(*PARTITION, "_p.*")
     bounds = mir.select("cluster_id", "resource_type", "resource_name", F.col("valid_from_offset").alias("at"),
                         F.col("valid_from").alias("at_time")).unionByName(
         mir.filter(F.col("valid_to_offset").isNotNull()).select(
@@ -295,10 +303,6 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
               .unionByName(touched((F.col("resource_type") == broker) & (F.col("resource_name") != ""),
                                    F.col("resource_name") == F.col("_pl")))
               .unionByName(touched((F.col("resource_type") == broker) & (F.col("resource_name") == ""), F.lit(True))))
-    if inputs.since is not None:  # the state at `since` itself is a point of its own
-        points = points.unionByName(parts.join(inputs.cuts(parts), "cluster_id").filter(valid_at(F.col("since")))
-                                    .select(*PARTITION, F.col("since").alias("at"),
-                                            F.lit(None).cast("timestamp").alias("at_time"), no_state.alias("_state")))
     # one row per point (its latest time), with the partition as of it: the version begun last at or before it,
     # while it holds
     w = Window.partitionBy(*PARTITION).orderBy("at")
