@@ -31,7 +31,7 @@ from kraftlog.spark.landed import Landed
 from kraftlog.spark.predicates import SQL_TERMS, Scope
 from kraftlog.spark.store import store_for
 from kraftlog.state.entities import history_tables
-from kraftlog.state.replay import TopicsRead
+from kraftlog.state.replay import Replayer, TopicsRead
 
 pytestmark = pytest.mark.spark
 
@@ -287,6 +287,8 @@ def test_going_on_replays_and_analyses_only_the_partitions_named_since(spark: An
         store = store_for(spark, config)
         plan = plan_build(spark, store, landed(store), None, False)
         assert (plan.restored, plan.record_types) == ({"c": named}, types), end
+        assert plan.kinds == Replayer.kinds_read(types) == {  # the kinds restored and rewritten
+            11: {"partitions", "configs"}, 12: {"configs"}}.get(end, {"topics", "partitions", "configs"}), end
         before = DeltaTable(str(partitions)).version()
         built = reconstruct(spark, config)
         assert (built.resumed, built.rows["partitions_history"]) == (1, written), end
@@ -314,8 +316,10 @@ def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluste
     inputs, wh = tmp_path / "in", tmp_path / "wh"
     land_build_analyze(spark, copy_upto(source, inputs, 4), wh)
     versions = {name: DeltaTable(str(wh / name)).version() for name in event_tables()}
-    _, events = land_build_analyze(spark, copy_upto(source, inputs, 1 << 40), wh)  # three NoOps more
+    built, events = land_build_analyze(spark, copy_upto(source, inputs, 1 << 40), wh)  # three NoOps more
     assert len(events.plan.going_on) == 1, events.line()
+    # no rule reads a NoOp: no history row restored nor rewritten, only the cluster's replay range
+    assert (built.resumed, {t for t, n in built.rows.items() if n}) == (1, {"replay_ranges"}), built.line()
     moved = {name for name in event_tables() if DeltaTable(str(wh / name)).version() != versions[name]}
     assert "under_replicated" in moved and "log_health" in moved  # the open window's length; the log's volume
     assert not moved & {"leader_elections", "isr_changes", "config_changes", "broker_lifecycle"}  # nothing to add

@@ -1,6 +1,7 @@
 """What lets an hourly ``reconstruct`` cost what the hour touched, on the replayer alone (no Spark).
 
-* A replay going on needs in its image only the partitions its PartitionChanges name and the topics its other
+* A replay going on needs in its image only the entity kinds its records' rules read (``Replayer.kinds_read``)
+  and, of the topics and partitions, only the partitions its PartitionChanges name and the topics its other
   topic and partition records name, whole (``Replayer.topics_read``): it restores, and rewrites, only those open
   versions, so a big cluster's hour that touches a few partitions costs those, not its 10k topics and 150k
   partitions.
@@ -48,21 +49,25 @@ def named(evs: list[Event]) -> list[tuple[str, str | None, int | None]]:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=log_items(min_size=1, max_size=60), later=log_items(min_size=1, max_size=30))
-def test_records_change_the_same_with_only_the_partitions_and_topics_they_name(log: list[Item],
-                                                                             later: list[Item]) -> None:
+def test_records_change_the_same_with_only_the_kinds_partitions_and_topics_they_name(log: list[Item],
+                                                                                   later: list[Item]) -> None:
     head, tail = events(log), events(later, len(log))
     whole = replayed(head)
     if whole.open_transaction is not None:  # the build goes on from the Begin (its records are replayed again)
         begin = whole.open_transaction
         head, tail = head[:begin], head[begin:] + tail
         whole = replayed(head)
-    topics = Replayer.topics_read(named(tail))
+    records = named(tail)
+    topics = Replayer.topics_read(records)
+    kinds = Replayer.kinds_read(t for t, _, _ in records)
     part = copy.deepcopy(whole)
+    # only the kinds the records' rules read: a rule touching another kind fails here (no such kind in the image)
+    part.image.entities = {kind: entities for kind, entities in part.image.entities.items() if kind in kinds}
     if topics is not None:
-        for kind in Replayer.TOPIC_KINDS:
+        for kind in Replayer.TOPIC_KINDS & kinds:
             part.image.entities[kind] = {k: v for k, v in whole.image.entities[kind].items() if topics.holds(kind, k)}
-    left = {kind: {k: v for k, v in whole.image.entities[kind].items() if k not in part.image.entities[kind]}
-            for kind in Replayer.TOPIC_KINDS}
+    left = {kind: {k: v for k, v in whole.image.entities[kind].items() if k not in part.image.entities.get(kind, {})}
+            for kind in whole.image.entities}
     found: dict[str, list[Change]] = {"whole": [], "part": []}
     whole.on_change, part.on_change = found["whole"].append, found["part"].append
     for e in tail:
@@ -72,12 +77,17 @@ def test_records_change_the_same_with_only_the_partitions_and_topics_they_name(l
     part.finish()
     assert found["part"] == found["whole"]
     assert part.problems == whole.problems
-    # the topics and partitions left out are those the records never touched: the whole image still holds them as
-    # they were
+    # the entities left out are those the records never touched: the whole image still holds them as they were
     assert {kind: {k: whole.image.entities[kind].get(k) for k in out} for kind, out in left.items()} == left
-    expected: dict[str, Any] = {**whole.image.entities, **{
-        kind: {k: v for k, v in whole.image.entities[kind].items() if k not in left[kind]} for kind in left}}
-    assert part.image.entities == expected
+    assert part.image.entities == {kind: {k: v for k, v in whole.image.entities[kind].items() if k not in left[kind]}
+                                   for kind in kinds}
+
+
+def test_kinds_read_are_those_the_rules_of_the_record_types_read_or_change() -> None:
+    assert Replayer.kinds_read(["PARTITION_CHANGE_RECORD", "CONFIG_RECORD", "NO_OP_RECORD"]) == {"partitions",
+                                                                                               "configs"}
+    assert Replayer.kinds_read(["REMOVE_TOPIC_RECORD"]) == {"topics", "partitions", "configs"}
+    assert Replayer.kinds_read(["BEGIN_TRANSACTION_RECORD", "NO_OP_RECORD"]) == set()
 
 
 def test_topics_read_names_partitions_of_partition_changes_topics_of_topic_records_and_any_for_clear_elr() -> None:

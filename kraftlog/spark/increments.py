@@ -8,10 +8,11 @@ records it applied. The next build compares each cluster with that row:
 * **go on**: same base, the log only grew, and the records applied before are exactly the same
   (count and digest): the replay restarts from the current versions the last build left (its open
   history rows are the image) and applies only the new records; the open rows are rewritten, closed
-  rows stay. Of the topics and partitions, only those the new records name (the partitions of
-  PartitionChanges, the topics of other topic and partition records with all their partitions) are restored and
-  rewritten (``Replayer.topics_read``: no other can change), so an hour's cost follows the partitions it
-  touched, not every topic and partition of the cluster (``Plan.restored``). A build that ended inside a
+  rows stay. Only the entity kinds the rules of the new records read or change are restored and rewritten
+  (``Replayer.kinds_read``, ``Plan.kinds``) and, of the topics and partitions, only those the records name (the
+  partitions of PartitionChanges, the topics of other topic and partition records with all their partitions:
+  ``Replayer.topics_read``, ``Plan.restored``): no other can change, so an hour's cost follows what it touched,
+  not every topic and partition of the cluster. A build that ended inside a
   metadata transaction goes on from its Begin: the control records applied since (they do not wait
   for the End) are applied again, so the image is the versions holding just before the Begin and the
   rows those records began or ended are rewritten too (``Plan.reopened``);
@@ -53,7 +54,7 @@ from kraftlog.spark.predicates import (
 from kraftlog.spark.replay import state_rows
 from kraftlog.spark.session import local_frame
 from kraftlog.spark.store import TableStore
-from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
+from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table, replay_state_table
 from kraftlog.state.replay import Replayer, TopicsRead
 from kraftlog.tables.definitions import catalog
 
@@ -90,10 +91,11 @@ class Plan:
         if self.rebuilt or self.gone:
             parts.append(str(cluster_predicate([*self.rebuilt, *self.gone])))
         held = "valid_to_offset IS NULL"  # the current versions, rewritten
-        plain = [c for c in self.resumed if c not in self.reopened and self._topics(kind, c) is None]
+        resumed = self.resumed if kind in self.kinds else []
+        plain = [c for c in resumed if c not in self.reopened and self._topics(kind, c) is None]
         if plain:
             parts.append(f"({cluster_predicate(plain)} AND {held})")
-        for c in (c for c in self.resumed if c not in plain):
+        for c in (c for c in resumed if c not in plain):
             topics = self._topics(kind, c)
             if topics is not None and topics.empty:
                 continue  # none of its rows of the kind change
@@ -103,6 +105,12 @@ class Plan:
                 rows = f"{topics_sql(topics, kind)} AND {rows}"
             parts.append(f"(cluster_id = {sql_literal(c)} AND {rows})")
         return " OR ".join(parts) if parts else None
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The entity kinds the replays going on restore and rewrite: those the rules of their records read or
+        change (``Replayer.kinds_read``; every kind when a cluster is rebuilt)."""
+        return frozenset(BY_NAME) if self.record_types is None else Replayer.kinds_read(self.record_types)
 
     def _topics(self, kind: str, cluster: str) -> TopicsRead | None:
         """The topics and partitions whose rows of ``kind`` a cluster going on replaces (None: every row of the
@@ -206,7 +214,8 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, clust
         if not plan.rebuilt:
             plan.record_types = set().union(*types.values())
         plan.restored = topics_read(table, resume, types)
-        plan.state = state_rows({kind: store.read(t) for kind, t in history_tables().items()}, go_on, plan.restored)
+        plan.state = state_rows({kind: store.read(t) for kind, t in history_tables().items() if kind in plan.kinds},
+                                go_on, plan.restored)
     return plan
 
 

@@ -297,6 +297,13 @@ class Replayer:
         return frozenset(Replayer.RULES) | frozenset(MARKERS)
 
     @staticmethod
+    def kinds_read(record_types: Iterable[str]) -> frozenset[str]:
+        """The entity kinds the rules of ``record_types`` read or change (``RULES``): applied to an image holding only
+        those kinds, records of those types make the same changes and problems as applied to the whole image, and
+        no version of another kind changes."""
+        return frozenset().union(*(Replayer.RULES[t][1] for t in record_types if t in Replayer.RULES))
+
+    @staticmethod
     def topics_read(records: Iterable[tuple[str, str | None, int | None]]) -> TopicsRead | None:
         """What the rules of ``records`` (record type, topic id, partition id) read or change of the topics and
         partitions (None: any topic): applied to an image holding only that of ``TOPIC_KINDS``
@@ -321,7 +328,7 @@ class Replayer:
             return
         rule = self.RULES.get(d.type)
         if rule is not None:
-            rule(self, d.data, offset, timestamp, ev.value_hash)
+            rule[0](self, d.data, offset, timestamp, ev.value_hash)
 
     def _emit(self, change: Change) -> None:
         if self.on_change is not None:
@@ -543,32 +550,33 @@ class Replayer:
         for key, value in sorted(new.items()):
             self._set("voters", key, value, o, t)
 
-    # record type -> its rule, unbound: a replayer refers to nothing of its own, so it is freed as soon as dropped
-    RULES: ClassVar[dict[str, Callable[[Replayer, Value, int, int, int | None], object]]] = {
-        "REGISTER_BROKER_RECORD": _register_broker,
-        "UNREGISTER_BROKER_RECORD": _unregister_broker,
-        "BROKER_REGISTRATION_CHANGE_RECORD": _broker_change,
-        "FENCE_BROKER_RECORD": _fence_broker,
-        "UNFENCE_BROKER_RECORD": _unfence_broker,
-        "REGISTER_CONTROLLER_RECORD": _register_controller,
-        "UNREGISTER_CONTROLLER_RECORD": _unregister_controller,
-        "TOPIC_RECORD": _topic,
-        "PARTITION_RECORD": _partition,
-        "PARTITION_CHANGE_RECORD": _partition_change,
-        "CLEAR_ELR_RECORD": _clear_elr,
-        "REMOVE_TOPIC_RECORD": _remove_topic,
-        "CONFIG_RECORD": _config,
-        "CLIENT_QUOTA_RECORD": _quota,
-        "PRODUCER_IDS_RECORD": _producer_ids,
-        "ACCESS_CONTROL_ENTRY_RECORD": _acl,
-        "REMOVE_ACCESS_CONTROL_ENTRY_RECORD": _remove_acl,
-        "USER_SCRAM_CREDENTIAL_RECORD": _scram_credential,
-        "REMOVE_USER_SCRAM_CREDENTIAL_RECORD": _remove_scram_credential,
-        "DELEGATION_TOKEN_RECORD": _delegation_token,
-        "REMOVE_DELEGATION_TOKEN_RECORD": _remove_delegation_token,
-        "FEATURE_LEVEL_RECORD": _feature,
-        "REMOVE_FEATURE_LEVEL_RECORD": _remove_feature,
-        "ZK_MIGRATION_STATE_RECORD": _zk_migration_state,
-        "KRaftVersion": _kraft_version,
-        "KRaftVoters": _voters,
+    # record type -> its rule, unbound (a replayer refers to nothing of its own, so it is freed as soon as dropped),
+    # and the entity kinds the rule reads or changes (``kinds_read``: no rule touches another kind)
+    RULES: ClassVar[dict[str, tuple[Callable[[Replayer, Value, int, int, int | None], object], frozenset[str]]]] = {
+        "REGISTER_BROKER_RECORD": (_register_broker, frozenset({"brokers"})),
+        "UNREGISTER_BROKER_RECORD": (_unregister_broker, frozenset({"brokers"})),
+        "BROKER_REGISTRATION_CHANGE_RECORD": (_broker_change, frozenset({"brokers"})),
+        "FENCE_BROKER_RECORD": (_fence_broker, frozenset({"brokers"})),
+        "UNFENCE_BROKER_RECORD": (_unfence_broker, frozenset({"brokers"})),
+        "REGISTER_CONTROLLER_RECORD": (_register_controller, frozenset({"controllers"})),
+        "UNREGISTER_CONTROLLER_RECORD": (_unregister_controller, frozenset({"controllers"})),
+        "TOPIC_RECORD": (_topic, frozenset({"topics", "partitions"})),
+        "PARTITION_RECORD": (_partition, frozenset({"topics", "partitions"})),
+        "PARTITION_CHANGE_RECORD": (_partition_change, frozenset({"partitions"})),
+        "CLEAR_ELR_RECORD": (_clear_elr, frozenset({"topics", "partitions"})),
+        "REMOVE_TOPIC_RECORD": (_remove_topic, frozenset({"topics", "partitions", "configs"})),
+        "CONFIG_RECORD": (_config, frozenset({"configs"})),
+        "CLIENT_QUOTA_RECORD": (_quota, frozenset({"client_quotas"})),
+        "PRODUCER_IDS_RECORD": (_producer_ids, frozenset({"producer_ids"})),
+        "ACCESS_CONTROL_ENTRY_RECORD": (_acl, frozenset({"acls"})),
+        "REMOVE_ACCESS_CONTROL_ENTRY_RECORD": (_remove_acl, frozenset({"acls"})),
+        "USER_SCRAM_CREDENTIAL_RECORD": (_scram_credential, frozenset({"scram_users"})),
+        "REMOVE_USER_SCRAM_CREDENTIAL_RECORD": (_remove_scram_credential, frozenset({"scram_users"})),
+        "DELEGATION_TOKEN_RECORD": (_delegation_token, frozenset({"delegation_tokens"})),
+        "REMOVE_DELEGATION_TOKEN_RECORD": (_remove_delegation_token, frozenset({"delegation_tokens"})),
+        "FEATURE_LEVEL_RECORD": (_feature, frozenset({"features"})),
+        "REMOVE_FEATURE_LEVEL_RECORD": (_remove_feature, frozenset({"features"})),
+        "ZK_MIGRATION_STATE_RECORD": (_zk_migration_state, frozenset({"zk_migration_state"})),
+        "KRaftVersion": (_kraft_version, frozenset({"kraft_version"})),
+        "KRaftVoters": (_voters, frozenset({"voters"})),
     }
