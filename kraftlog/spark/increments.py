@@ -102,7 +102,7 @@ class Plan:
             rows = held if c not in self.reopened else \
                 f"({held} OR valid_to_offset >= {self.reopened[c]})"  # and what control records changed since
             if topics is not None:
-                rows = f"{topics_sql(topics, kind)} AND {rows}"
+                rows = f"{topics_sql(topics)} AND {rows}"
             parts.append(f"(cluster_id = {sql_literal(c)} AND {rows})")
         return " OR ".join(parts) if parts else None
 
@@ -115,7 +115,8 @@ class Plan:
     def _topics(self, kind: str, cluster: str) -> TopicsRead | None:
         """The topics and partitions whose rows of ``kind`` a cluster going on replaces (None: every row of the
         kind)."""
-        return self.restored.get(cluster) if kind in Replayer.TOPIC_KINDS else None
+        read = self.restored.get(cluster) if kind in Replayer.TOPIC_KINDS else None
+        return None if read is None else read.of_kind(kind)
 
     def cluster_where(self, refreshed: bool = False) -> str | None:
         """The rows of the per-cluster tables this build replaces: of ``replay_ranges``; with ``refreshed``, of

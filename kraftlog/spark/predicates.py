@@ -65,30 +65,29 @@ def named_topics(read: TopicsRead | None) -> TopicsRead | None:
 
 
 def only_topics(df: DataFrame, topics: Mapping[str, TopicsRead | None]) -> DataFrame:
-    """The rows of ``df`` (with ``topic_id``, and with ``partition_id`` for partitions) of only what ``topics`` names
-    in the clusters it names so, every row of the others (None: every topic)."""
+    """The rows of ``df`` (topics, with ``topic_id``, or partitions, with ``partition_id`` too) of only what ``topics``
+    holds of them (``TopicsRead.of_kind``) in the clusters it names so, every row of the others (None: every topic)."""
     named = {c: read for c, read in topics.items() if read is not None}
     if not named:
         return df
     spark = df.sparkSession
-    by_partition = "partition_id" in df.columns
-    keys = local_frame(spark, [(c, t, p) for c, read in named.items()
-                               for t, p in [*((t, None) for t in sorted(read.topics)),
-                                            *(sorted(read.partitions) if by_partition else ())]],
+    kind = "partitions" if "partition_id" in df.columns else "topics"
+    keys = local_frame(spark, [(c, t, p) for c, read in named.items() for of in [read.of_kind(kind)]
+                               for t, p in [*((t, None) for t in sorted(of.topics)), *sorted(of.partitions)]],
                        "_k_cluster string, _k_topic string, _k_partition int")
     hit = (F.col("cluster_id") == F.col("_k_cluster")) & (F.col("topic_id") == F.col("_k_topic"))
-    if by_partition:
+    if kind == "partitions":
         hit &= F.col("_k_partition").isNull() | (F.col("partition_id") == F.col("_k_partition"))
     return (df.join(F.broadcast(local_frame(spark, [(c,) for c in named], "cluster_id string")), "cluster_id",
                     "left_anti")
             .unionByName(df.join(F.broadcast(keys), hit, "left_semi")))
 
 
-def topics_sql(read: TopicsRead, kind: str) -> str:
-    """What ``read`` names of the rows of entity ``kind`` (topics or partitions), as a SQL predicate (``false``:
-    nothing): one ``IN`` list per form, as Spark and delta-rs both evaluate them quickly."""
+def topics_sql(read: TopicsRead) -> str:
+    """The rows of the topics and partitions ``read`` names (of one kind: ``TopicsRead.of_kind``), as a SQL predicate
+    (``false``: none): one ``IN`` list per form, as Spark and delta-rs both evaluate them quickly."""
     terms = [f"topic_id IN ({', '.join(map(sql_literal, sorted(read.topics)))})"] if read.topics else []
-    if kind == "partitions" and read.partitions:
+    if read.partitions:
         terms.append("concat(topic_id, ':', CAST(partition_id AS STRING)) IN ("
                      + ", ".join(sql_literal(f"{t}:{p}") for t, p in sorted(read.partitions)) + ")")
     return "(" + " OR ".join(terms) + ")" if terms else "false"

@@ -145,9 +145,15 @@ class TopicsRead:
     def empty(self) -> bool:
         return not self.topics and not self.partitions
 
+    def of_kind(self, kind: str) -> TopicsRead:
+        """What these hold of the entities of ``kind`` (topics or partitions): of the topics, those named whole only (a
+        partition named alone does not hold its topic)."""
+        return self if kind == "partitions" else TopicsRead(self.topics)
+
     def holds(self, kind: str, key: Key) -> bool:
         """Whether the entity ``key`` of ``kind`` (a topic or a partition) is among these."""
-        return key[0] in self.topics or (kind == "partitions" and (key[0], key[1]) in self.partitions)
+        read = self.of_kind(kind)
+        return key[0] in read.topics or key[:2] in read.partitions
 
     def by_topic(self) -> TopicsRead:
         """The same, the topic of each partition named read whole."""
