@@ -595,6 +595,9 @@ def test_a_new_cluster_too_big_to_decide_at_once_is_planned_from_its_headers_to_
     monkeypatch.setattr(ingest_module, "TOGETHER_BYTES", 0)
     result = ingest(spark, [str(SAMPLE)], Config.load(warehouse={"path": str(tmp_path)}))
     assert result.files_contested < scenario[1].files_contested  # only files whose offsets overlap
+    # the files that land directly are not the cluster's one task: they spread over the tasks by bytes (local[2]:
+    # two), each writing its own records file (in one task, the cluster's first ingest used one core)
+    assert len(list((tmp_path / "records").rglob("*.parquet"))) >= 2
     cat = catalog()
     for t in [*cat.core.values(), *cat.typed.values()]:
         if t.name == "runs":  # what each run did (this one planned differently), not what landed

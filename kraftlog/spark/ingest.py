@@ -11,9 +11,10 @@
    each cluster together on one executor, ``kraftlog.tables.copies``) and compared with the landed rows
    (``kraftlog.spark.transforms``), which yields divergence rows, replaced rows and, per file, the
    offset ranges to land;
-5. **land** (pass 2): one pass over every changed file, each cluster's files in one task, writes
+5. **land** (pass 2): one pass over every changed file, packed into tasks by bytes (``land_units``), writes
    ``records``, the typed tables, ``batches``, ``divergence`` and the ledger rows, with the records
-   each file keeps; the files of clusters new to the warehouse are decided there, just before they land;
+   each file keeps; the files of a small cluster new to the warehouse are decided there, together in one
+   task, just before they land;
 6. **commit**: one manifest, then one Delta commit per table; the ledger and the ``runs`` row last.
 
 Every table is written exactly once per run, and a run killed at any point is completed by the next.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -232,8 +234,7 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _
 
     # pass 2: land (and decide the clusters landed together)
     tables = [cat.core["records"], cat.core["batches"], cat.core["files"], cat.core["divergence"], *cat.typed.values()]
-    groups = by_cluster(spark, [todo[p].spec(p) for p in ordered], {p: todo[p].identity.cluster_id for p in ordered},
-                        store.storage)
+    groups = by_cluster(spark, [todo[p].spec(p) for p in ordered], land_units(ordered, together), store.storage)
     staged = store.stage(groups, tables, LandRouter(ids, keep, run_id, together), run_id)
     manifest.files += staged
     ledger_rows = [f for f in staged if f.table == "files"]
@@ -245,6 +246,13 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _
     log.info("landed %d new records from %d decoded; %d divergence rows", result.rows_added, result.records_decoded,
              result.divergent)
     result.phase("land")
+
+
+def land_units(paths: list[str], together: Mapping[str, str]) -> dict[str, str]:
+    """What the landing packs into tasks, per file: the files of a cluster decided together (``together``: path ->
+    cluster) are one unit, read by one task; every other file is a unit of its own, so a big cluster's files land in
+    as many tasks as their bytes fill, not in one."""
+    return {p: f"cluster {together[p]}" if p in together else f"file {p}" for p in paths}
 
 
 def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, ordered: list[str],
