@@ -99,17 +99,15 @@ class _Snapshots:
     digests: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
-def _snapshots(table: TableSource, snaps: DataFrame, log: DataFrame) -> _Snapshots:
-    """The usable snapshots among ``snaps`` (snapshot records) and the epoch ``log`` holds at their offsets. A
-    snapshot with a record Kafka would not load (a corrupt batch) is no base."""
+def _snapshots(table: TableSource, snaps: DataFrame, log: DataFrame | None) -> _Snapshots:
+    """The usable snapshots among ``snaps`` (snapshot records) and the epoch ``log`` holds at their offsets (None:
+    not looked up). A snapshot with a record Kafka would not load (a corrupt batch) is no base."""
     headers = (table("snapshot_header").filter(F.col("source") == "snapshot")
                .groupBy("cluster_id", "snapshot_id").agg(F.max("last_contained_log_timestamp").alias("header_ts")))
     rows = (snaps.groupBy("cluster_id", "snapshot_id")
             .agg(F.max("log_offset").alias("offset"), F.bool_or(F.col("status") == CORRUPT_BATCH).alias("bad"),
                  F.bit_xor(F.xxhash64("snapshot_seq", "value_hash")).alias("digest"))
             .join(headers, ["cluster_id", "snapshot_id"], "left")
-            .join(log.select("cluster_id", F.col("log_offset").alias("offset"), "batch_epoch"),
-                  ["cluster_id", "offset"], "left")
             .collect())
     out = _Snapshots()
     for r in rows:
@@ -119,9 +117,23 @@ def _snapshots(table: TableSource, snaps: DataFrame, log: DataFrame) -> _Snapsho
         c = r["cluster_id"]
         out.refs.setdefault(c, []).append(SnapshotRef(r["snapshot_id"], r["offset"], parsed[1], r["header_ts"] or 0))
         out.digests.setdefault(c, {})[r["snapshot_id"]] = r["digest"] or 0
-        if r["batch_epoch"] is not None:
-            out.epochs.setdefault(c, {})[r["offset"]] = r["batch_epoch"]
+    if log is not None:
+        points = [(c, s.offset) for c, refs in out.refs.items() for s in refs]
+        for (c, offset), epoch in log_epochs(log, points).items():
+            out.epochs.setdefault(c, {})[offset] = epoch
     return out
+
+
+def log_epochs(log: DataFrame, points: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The batch epoch of the log records at ``points`` (cluster, offset) that ``log`` holds: a broadcast semi-join
+    over the offsets between the lowest and highest point (Parquet skips the rest), not a join of the whole log."""
+    if not points:
+        return {}
+    at = F.broadcast(local_frame(log.sparkSession, sorted(set(points)), "cluster_id string, log_offset long"))
+    lo, hi = min(o for _, o in points), max(o for _, o in points)
+    rows = (log.filter(F.col("log_offset").between(lo, hi)).join(at, ["cluster_id", "log_offset"], "left_semi")
+            .select("cluster_id", "log_offset", "batch_epoch").collect())
+    return {(r["cluster_id"], r["log_offset"]): r["batch_epoch"] for r in rows if r["batch_epoch"] is not None}
 
 
 def _sources(table: TableSource, clusters: list[str] | None) -> tuple[DataFrame, DataFrame]:
@@ -200,23 +212,17 @@ def _add_snapshots(table: TableSource, log: DataFrame, snaps: DataFrame, bases: 
                    wanted: set[tuple[str, str]], need: list[tuple[str, int]]) -> None:
     """Summarise the snapshots ``wanted`` (rows landed since) again, whole, into ``bases``, and look up the log's epoch
     at their offsets and at ``need``."""
-    spark = log.sparkSession
     if wanted:
-        pairs = F.broadcast(local_frame(spark, sorted(wanted), "cluster_id string, snapshot_id string"))
+        pairs = F.broadcast(local_frame(log.sparkSession, sorted(wanted), "cluster_id string, snapshot_id string"))
         chosen = snaps.filter(of_clusters(sorted({s for _, s in wanted}), "snapshot_id")).join(
             pairs, ["cluster_id", "snapshot_id"], "left_semi")
-        again = _snapshots(table, chosen, log.limit(0))
+        again = _snapshots(table, chosen, None)
         for c, refs in again.refs.items():
             bases[c].snapshots = [*bases[c].snapshots, *refs]
             bases[c].snapshot_digests.update(again.digests[c])
             need += [(c, s.offset) for s in refs]
-    if need:
-        at = F.broadcast(local_frame(spark, sorted(set(need)), "cluster_id string, log_offset long"))
-        lo, hi = min(o for _, o in need), max(o for _, o in need)
-        for r in (log.filter(F.col("log_offset").between(lo, hi)).join(at, ["cluster_id", "log_offset"], "left_semi")
-                  .select("cluster_id", "log_offset", "batch_epoch").collect()):
-            if r["batch_epoch"] is not None:
-                bases[r["cluster_id"]].log_epochs[r["log_offset"]] = r["batch_epoch"]
+    for (c, offset), epoch in log_epochs(log, need).items():
+        bases[c].log_epochs[offset] = epoch
 
 
 def snapshot_bases(bases: list[ClusterBase]) -> list[ClusterBase]:
