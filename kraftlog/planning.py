@@ -167,11 +167,12 @@ def plan_by_name(files: list[ListedFile], landed: dict[str, Landed],
 
 
 def pack(sizes: dict[str, int], bins: int) -> list[list[str]]:
-    """Keys in at most ``bins`` groups of about equal total size (largest first, each to the lightest group)."""
+    """Keys in at most ``bins`` groups of about equal total size (largest first, each to the lightest group); the
+    groups heaviest first (Spark starts a stage's tasks in partition order: the longest ones start first)."""
     groups: list[list[str]] = [[] for _ in range(max(1, bins))]
     load = [0] * len(groups)
     for key in sorted(sizes, key=lambda k: (-sizes[k], k)):
         i = load.index(min(load))
         groups[i].append(key)
         load[i] += sizes[key]
-    return [g for g in groups if g]
+    return [groups[i] for i in sorted(range(len(groups)), key=lambda i: -load[i]) if groups[i]]

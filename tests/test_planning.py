@@ -116,5 +116,7 @@ def test_clusters_are_packed_into_groups_of_about_equal_bytes() -> None:
     groups = pack(sizes, 2)
     assert sorted(k for g in groups for k in g) == sorted(sizes)
     assert sorted(sum(sizes[k] for k in g) for g in groups) == [140, 140]
+    five = {"a": 50, "b": 40, "c": 40, "d": 30, "e": 30}
+    assert [sum(five[k] for k in g) for g in pack(five, 3)] == [70, 70, 50]  # heaviest first: the longest tasks
     assert pack({"a": 5}, 4) == [["a"]]  # no empty groups
     assert pack({}, 3) == []

@@ -707,26 +707,25 @@ def _typed(table: TableDef, records: pa.Table, rows: np.ndarray, index: np.ndarr
            ) -> pa.Table:
     """A typed table's rows: provenance taken from the record rows ``rows``, fields from the decoded values.
 
-    ``index``: each row's entry in ``decoded``. Each field is read once per distinct entry and spread
-    with ``take``.
+    ``index``: each row's entry in ``decoded``. The fields are read once per distinct entry, all at once (Arrow
+    converts the decoded dicts to one struct array: a missing field or an undecoded value is null), and spread with
+    ``take``.
     """
     take = records.select([*TYPED_PROVENANCE, "run_id"]).take(pa.array(rows))
     entries, slots = np.unique(index, return_inverse=True)
     values = [decoded[i] for i in entries.tolist()]
     spread = pa.array(slots.ravel())
-    arrays = []
-    for f in table.schema:
-        if f.name in take.column_names:
-            arrays.append(take.column(f.name))
-            continue
-        if f.name == "unknown_tagged_fields":
-            column = [(d.data or {}).get(UNKNOWN_TAGS) for d in values]
-        elif f.name == "redacted_fields":
-            column = [list(d.redacted) or None for d in values]
-        else:
-            column = [(d.data or {}).get(f.name) for d in values]
-        arrays.append(pa.array(column, f.type).take(spread))
-    return pa.Table.from_arrays(arrays, schema=table.schema)
+    fields = [f for f in table.schema if f.name not in take.column_names and f.name not in _TYPED_EXTRA]
+    read = dict(zip((f.name for f in fields), pa.array(
+        [d.data for d in values], pa.struct([pa.field(f.name, f.type) for f in fields])).flatten(), strict=True))
+    read["unknown_tagged_fields"] = pa.array([(d.data or {}).get(UNKNOWN_TAGS) for d in values],
+                                             table.schema.field("unknown_tagged_fields").type)
+    read["redacted_fields"] = pa.array([list(d.redacted) or None for d in values], pa.list_(pa.string()))
+    return pa.Table.from_arrays([take.column(f.name) if f.name in take.column_names else read[f.name].take(spread)
+                                 for f in table.schema], schema=table.schema)
+
+
+_TYPED_EXTRA = ("unknown_tagged_fields", "redacted_fields")  # the typed columns that are not a record's fields
 
 
 TYPED_PROVENANCE = ("cluster_id", "source", "snapshot_id", "log_offset", "snapshot_seq", "batch_epoch",
