@@ -270,15 +270,24 @@ def write_cluster(root: Path, c: GenCluster, sizes: list[int] | None = None) -> 
     log_dir = d / "__cluster_metadata-0"
     log_dir.mkdir(parents=True)
     (d / "meta.properties").write_text(f"version=1\ncluster.id={c.cluster_id}\nnode.id=1\n")
-    ts0 = 1_700_000_000_000
     start = 0
     if c.snapshot is not None:
         start = c.snapshot_offset + 1
-        header = ("control", "SnapshotHeader", 0, {"version": 0, "last_contained_log_timestamp": ts0 + 123})
-        footer = ("control", "SnapshotFooter", 0, {"version": 0})
-        body = _batches([header], 0, ts0, 3, [])
-        body += _batches(c.snapshot, 1, ts0, 3, sizes or [3])
-        body += _batches([footer], 1 + len(c.snapshot), ts0, 3, [])
-        (log_dir / f"{start:020d}-{3:010d}.checkpoint").write_bytes(body)
-    (log_dir / f"{start:020d}.log").write_bytes(_batches(c.log, start, ts0, 4, sizes or [1, 2, 3]))
+        write_snapshot(log_dir, start, 3, c.snapshot, sizes or [3])
+    (log_dir / f"{start:020d}.log").write_bytes(_batches(c.log, start, TS0, 4, sizes or [1, 2, 3]))
     return d
+
+
+TS0 = 1_700_000_000_000  # the time of a generated log's first record (each next one a second later)
+
+
+def write_snapshot(log_dir: Path, end: int, epoch: int, records: list[Item], sizes: list[int] | None = None) -> Path:
+    """A snapshot file in ``log_dir``: ``records`` between a header and a footer, holding state as of ``end - 1``."""
+    header = ("control", "SnapshotHeader", 0, {"version": 0, "last_contained_log_timestamp": TS0 + 123})
+    footer = ("control", "SnapshotFooter", 0, {"version": 0})
+    body = _batches([header], 0, TS0, epoch, [])
+    body += _batches(records, 1, TS0, epoch, sizes or [3])
+    body += _batches([footer], 1 + len(records), TS0, epoch, [])
+    path = log_dir / f"{end:020d}-{epoch:010d}.checkpoint"
+    path.write_bytes(body)
+    return path

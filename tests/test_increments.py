@@ -15,7 +15,7 @@ import pytest
 from conftest import SAMPLE, examples, split_replays
 from deltalake import DeltaTable
 from event_oracle import evaluated, under_min_isr_rows
-from history_gen import GenCluster, clusters, uid, write_cluster
+from history_gen import GenCluster, clusters, uid, write_cluster, write_snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from services import arrow_rows, copy_upto, table_rows
@@ -322,7 +322,15 @@ def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluste
     assert (built.resumed, {t for t, n in built.rows.items() if n}) == (1, {"replay_ranges"}), built.line()
     moved = {name for name in event_tables() if DeltaTable(str(wh / name)).version() != versions[name]}
     assert "under_replicated" in moved and "log_health" in moved  # the open window's length; the log's volume
-    assert not moved & {"leader_elections", "isr_changes", "config_changes", "broker_lifecycle"}  # nothing to add
+    assert not moved & {"leader_elections", "isr_changes", "config_changes", "broker_lifecycle", "snapshots"}
+    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+    # the node writes a snapshot (state as of offset 3): the snapshots table is rebuilt for it, as from scratch
+    write_snapshot(next(inputs.rglob("__cluster_metadata-0")), 4, 4,
+                   [log[0], ("meta", "PARTITION_RECORD", 0, {**partition, "leader": 2})])
+    version = DeltaTable(str(wh / "snapshots")).version()
+    _, events = land_build_analyze(spark, inputs, wh)
+    assert len(events.plan.going_on) == 1 and events.rows["snapshots"] == 1, events.line()
+    assert DeltaTable(str(wh / "snapshots")).version() != version
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
 
 

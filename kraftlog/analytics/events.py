@@ -663,10 +663,13 @@ def log_gaps(inputs: Inputs) -> DataFrame:
 
 # What can give a table rows from a cut on, where that is less than all it reads (``kraftlog.spark.analyze`` skips
 # the table in an increment where none of it changed since the cut): entity kinds with a version begun or ended since,
-# and BIRTHS, a partition born since. ``topic_lifecycle`` reads the partitions and the landed records only around the
-# topics' versions and the partitions born.
+# BIRTHS, a partition born since, and SNAPSHOT_FILES, a snapshot file's ledger row landed since. ``topic_lifecycle``
+# reads the partitions and the landed records only around the topics' versions and the partitions born; ``snapshots``
+# reads only the snapshot files' ledger rows and headers, which land with them.
 BIRTHS = "partition births"
-CHANGED_BY: dict[str, frozenset[str]] = {"topic_lifecycle": frozenset({"topics", BIRTHS})}
+SNAPSHOT_FILES = "snapshot files"
+CHANGED_BY: dict[str, frozenset[str]] = {"topic_lifecycle": frozenset({"topics", BIRTHS}),
+                                         "snapshots": frozenset({SNAPSHOT_FILES})}
 
 BUILDERS: dict[str, Callable[[Inputs], DataFrame]] = {
     "leader_elections": leader_elections, "isr_changes": isr_changes, "under_replicated": under_replicated,

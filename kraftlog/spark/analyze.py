@@ -51,7 +51,7 @@ from kraftlog.analytics.definitions import (
     event_tables,
     increment_of,
 )
-from kraftlog.analytics.events import BIRTHS, BUILDERS, CHANGED_BY, PARTITION_CONFIGS, Inputs
+from kraftlog.analytics.events import BIRTHS, BUILDERS, CHANGED_BY, PARTITION_CONFIGS, SNAPSHOT_FILES, Inputs
 from kraftlog.config import Config
 from kraftlog.spark.history import built_clusters, landed, read_histories
 from kraftlog.spark.landed import Landed, Mark, landed_after, landed_since, ledger_marks, log_ends
@@ -96,6 +96,8 @@ class EventPlan:
     gone: list[str] = field(default_factory=list)
     histories: dict[str, dict[str, Any]] = field(default_factory=dict)  # replay_state rows the plan compared
     marks: dict[str, Mark] = field(default_factory=dict)  # the ledger per cluster when planned
+    # per cluster going on whose ledger rows up to a run are those its last analysis saw: that run's id
+    held: dict[str, str] = field(default_factory=dict)
     # per cluster going on whose ledger tells what landed since its last analysis: where that begins
     landed: dict[str, Landed] = field(default_factory=dict)
     gaps_after: dict[str, int] = field(default_factory=dict)  # of those with new records: where LOG tables go on
@@ -199,9 +201,9 @@ def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> Ev
             plan.log_ends[c] = was["log_end"]
     with ThreadPoolExecutor(3) as pool:
         topics = pool.submit(partition_topics, store, {c: cut.resume for c, cut in plan.going_on.items()})
-        since = {c: held[c] for c in plan.going_on if c in held}
-        found = landed_since(landed(store), since)
-        plan.landed = {c: found.get(c, Landed(None, None, None)) for c in since}
+        plan.held = {c: held[c] for c in plan.going_on if c in held}
+        found = landed_since(landed(store), plan.held)
+        plan.landed = {c: found.get(c, Landed(None, None, None)) for c in plan.held}
         gaps = pool.submit(gaps_after, store, plan.landed, plan.log_ends)
         plan.epochs_after = epochs_after(store, plan.landed, plan.log_ends)
         plan.gaps_after, plan.topics = gaps.result(), topics.result()
@@ -407,16 +409,22 @@ class _Reader(Inputs):
 
 
 def changed_kinds(x: Inputs, plan: EventPlan) -> set[str]:
-    """The entity kinds with a version begun or ended at or after a going-on cluster's resume offset, and ``BIRTHS``
-    where a partition may have been born since (the topics the plan reads whole: ``partition_topics``); none when a
-    cluster is rebuilt or gone: every table is then rebuilt."""
+    """The entity kinds with a version begun or ended at or after a going-on cluster's resume offset, ``BIRTHS``
+    where a partition may have been born since (the topics the plan reads whole: ``partition_topics``) and
+    ``SNAPSHOT_FILES`` where a snapshot file's ledger row landed since (or the ledger does not tell what landed since);
+    none when a cluster is rebuilt or gone: every table is then rebuilt."""
     if not plan.going_on or not plan.only_going_on:
         return set()
     since = Scope.of([], {c: cut.resume for c, cut in plan.going_on.items()}, "valid_from_offset", "valid_to_offset")
-    found = functools.reduce(DataFrame.unionByName, [since.select(df).select(F.lit(kind).alias("kind")).limit(1)
-                                                     for kind, df in x.histories.items()])
+    snapshot_rows = Scope.of([], plan.held, "run_id", strict=True).select(
+        x.table("files").filter(F.col("file_kind") == "snapshot"))
+    found = functools.reduce(DataFrame.unionByName, [
+        *[since.select(df).select(F.lit(kind).alias("kind")).limit(1) for kind, df in x.histories.items()],
+        snapshot_rows.select(F.lit(SNAPSHOT_FILES).alias("kind")).limit(1)])
     born = any(read is None or read.topics for read in plan.topics.values())
-    return {r["kind"] for r in found.collect()} | ({BIRTHS} if born else set())
+    untold = any(c not in plan.held for c in plan.going_on)  # (its ledger changed before its mark)
+    return ({r["kind"] for r in found.collect()} | ({BIRTHS} if born else set())
+            | ({SNAPSHOT_FILES} if untold else set()))
 
 
 @dataclass
