@@ -526,6 +526,7 @@ def test_the_landed_log_tables_go_on_from_what_landed_since(spark: Any, tmp_path
     plan = events.plan
     assert list(plan.going_on) == ["c"] and plan.landed["c"].first == 6000, events.line()
     assert plan.gaps_after == {"c": 5999} and plan.since(HOURS) == {"c": hour[1]}
+    assert plan.folded == {"c": 5999}  # the new records follow the end: their counts fold into the hour built before
     assert plan.epochs_after == {"c": -1}  # one epoch, from the first offset: its row is rebuilt
     assert events.rows["log_health"] == 2 and events.rows["log_gaps"] == 0  # 23:00 and 00:00; no gap after 5999
     store = open_store(spark, str(wh))
@@ -623,8 +624,11 @@ def test_controller_leadership_goes_on_from_the_epoch_before_the_one_that_grew(s
         return events
 
     step(150)  # epochs 4 and 5 (half)
+    state = wh / "analyze_state"
+    shutil.copytree(state, tmp_path / "state-150")
     events = step(250)  # epoch 5 grows, epoch 7 begins
     assert events.plan.epochs_after == {"c": 99} and events.plan.reads(EPOCHS) == Scope.of([], {"c": 99})
+    assert events.plan.folded == {"c": 149}  # rows 4 and 5 as built, and the records after 149 folded into them
     assert events.rows["controller_leadership"] == 2  # epochs 5 and 7
     rows = {r["epoch"]: r for r in DeltaTable(str(wh / "controller_leadership")).to_pyarrow_table().to_pylist()}
     assert [(e, r["from_offset"], r["to_offset"], r["records"], r["previous_epoch"]) for e, r in sorted(rows.items())
@@ -636,6 +640,15 @@ def test_controller_leadership_goes_on_from_the_epoch_before_the_one_that_grew(s
         (4, 99, 1), (5, 100, 100), (7, 200, 50)]  # epoch 4 read from its last record only (a row not written)
     assert epochs_after(store, {"c": Landed(170, 180, None, 5)}, {"c": 249}) == {"c": 99}  # inside epoch 5
     assert epochs_after(store, {"c": Landed(90, 95, None, 4)}, {"c": 249}) == {"c": -1}  # inside the first
+    # an analysis that wrote its tables up to 249, then stopped before its analyze_state row: the state says 149, the
+    # tables end at 249, so the next one does not fold into them (it would count 150-249 twice) but rebuilds
+    shutil.rmtree(state)
+    shutil.copytree(tmp_path / "state-150", state)
+    events = step(280)
+    assert events.plan.folded == {} and events.plan.epochs_after == {"c": 99}, events.line()
+    whole = BUILDERS["controller_leadership"](analyze_inputs(store)).toArrow().cast(
+        event_tables()["controller_leadership"].schema)
+    assert table_rows(str(wh / "controller_leadership")) == arrow_rows(whole)
     events = step(400)  # epoch 3 after epoch 7: the cluster's epochs rebuilt
     assert events.plan.epochs_after == {"c": -1} and events.rows["controller_leadership"] == 4
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)

@@ -217,6 +217,8 @@ def event_tables() -> dict[str, TableDef]:
             col("divergent_records", pa.int64(), "Record copies that lost to another copy"),
             col("snapshots", pa.int64(), "Snapshots whose last contained record falls in the hour (distinct ids)"),
             col("snapshot_bytes", pa.int64(), "Their size (largest copy)"),
+            col("from_offset", pa.int64(), "First offset of the hour's log records"),
+            col("to_offset", pa.int64(), "Last offset of the hour's log records"),
         ], ("hour",), HOURS),
         _table("snapshots", "Snapshot cadence and size, per node.", [
             col("node_id", pa.int32(), "Node"), col("snapshot_id", pa.string(), "<endOffset>-<epoch>"),

@@ -39,6 +39,12 @@ class Inputs:
     whole: Mapping[str, DataFrame] | None = None  # the histories of the same clusters, not cut at ``since``
     # what an analysis does with a frame several builders build alike (``shared``): keeps it, computed once
     keep: Callable[[str, DataFrame], DataFrame] | None = None
+    # the tables that sum the landed log (``HOURS``, ``EPOCHS``) in an incremental analysis: per cluster whose records
+    # landed since all follow the log's end its tables were built to, the first offset after that end (``folded``),
+    # and a table's rows from ``since`` on as that build left them (``built``): a builder folds the records from that
+    # offset on into them (``fold``), reading no older record
+    folded: Scope | None = None
+    built: Callable[[str], DataFrame] | None = None
 
     def shared(self, name: str, frame: DataFrame) -> DataFrame:
         """``frame``, which several builders build alike from these inputs: where the analysis keeps such frames,
@@ -60,9 +66,26 @@ class Inputs:
         assert self.since is not None
         return F.broadcast(self.since.cuts(df.sparkSession))
 
-    def log_records(self) -> DataFrame:
-        """The landed log records (``records`` rows of the log), from ``since`` on in an incremental analysis."""
-        return self.from_since(self.table("records").filter(F.col("source") == "log"), "log_offset")
+    def log_records(self, by: str = "log_offset") -> DataFrame:
+        """The landed log records (``records`` rows of the log), in an incremental analysis from ``since`` on (in
+        column ``by``), and in the clusters ``folded`` only those after the end their tables were built to."""
+        records = self.table("records").filter(F.col("source") == "log")
+        if self.folded is None or self.since is None:
+            return self.from_since(records, by)
+        rest = self.since.without(self.folded.clusters).on(by)
+        return rest.select(records).unionByName(self.folded.on("log_offset").select(records))
+
+    def fold(self, name: str, rows: DataFrame, keys: list[str], sums: Mapping[str, Column],
+             merge: Callable[[DataFrame], DataFrame] | None = None) -> DataFrame:
+        """``rows``, sums per ``keys`` of the records read (``log_records``), with the rows of table ``name`` as built
+        before (``built``) of the clusters ``folded`` merged in: grouped by ``keys`` again, each column of ``sums``
+        aggregated by its expression (``merge``: first applied to the rows built before, to give them the columns
+        of ``rows``). Where nothing is folded: ``rows``."""
+        if self.built is None:
+            return rows
+        before = self.built(name)
+        before = (merge(before) if merge else before).select(*rows.columns)
+        return rows.unionByName(before).groupBy(*keys).agg(*(e.alias(c) for c, e in sums.items()))
 
     @property
     def bases(self) -> DataFrame:
@@ -408,16 +431,21 @@ def controller_leadership(inputs: Inputs) -> DataFrame:
     """One row per raft epoch of each log: leader (LeaderChange), offsets, voters, failover gap.
 
     Incrementally (``EPOCHS``), from ``since`` on: the last record of the epoch before the first rebuilt (that epoch's
-    row, cut there, only gives the failover its leader and time), and every record after."""
-    log = inputs.log_records()
-    epochs = log.groupBy("cluster_id", F.col("batch_epoch").alias("epoch")).agg(
+    row, cut there, only gives the failover its leader and time), and every record after; or, where the records
+    landed since follow the log's end (``Inputs.folded``), the rows built before from ``since`` on and those records.
+    """
+    keys = ["cluster_id", "epoch"]
+    epochs = inputs.fold("controller_leadership", inputs.log_records().groupBy(
+        "cluster_id", F.col("batch_epoch").alias("epoch")).agg(
         F.min("log_offset").alias("from_offset"), F.min_by("timestamp", "log_offset").alias("from_time"),
         F.max("log_offset").alias("to_offset"), F.max_by("timestamp", "log_offset").alias("to_time"),
-        F.count(F.lit(1)).alias("records"))
+        F.count(F.lit(1)).alias("records")), keys, {
+        "from_offset": F.min("from_offset"), "from_time": F.min_by("from_time", "from_offset"),
+        "to_offset": F.max("to_offset"), "to_time": F.max_by("to_time", "to_offset"), "records": F.sum("records")})
     lc = (inputs.table("leader_change").filter(F.col("source") == "log")
           .groupBy("cluster_id", F.col("batch_epoch").alias("epoch")).agg(
               F.min_by(F.struct("leader_id", "voters", "granting_voters"), "log_offset").alias("_lc")))
-    j = epochs.join(lc, ["cluster_id", "epoch"], "left")
+    j = epochs.join(lc, keys, "left")
     w = Window.partitionBy("cluster_id").orderBy("epoch")
     j = (j.withColumn("leader_id", F.coalesce(F.col("_lc.leader_id"), F.lit(-1)))
          .withColumn("voters", F.transform("_lc.voters", lambda v: v["voter_id"]))
@@ -586,18 +614,26 @@ def scram_changes(inputs: Inputs) -> DataFrame:
 
 def log_health(inputs: Inputs) -> DataFrame:
     """Per cluster and hour: record counts by type, NoOp share, batches, CRC failures, divergence, snapshots.
-    Incrementally (``HOURS``), from the hour ``since`` on: every row is read by its time."""
-    hour = F.date_trunc("hour", F.col("timestamp"))
-    log = inputs.from_since(inputs.table("records").filter(F.col("source") == "log"), "timestamp")
-    log = log.withColumn("hour", hour)
-    per_type = (log.groupBy("cluster_id", "hour", "record_type").count()
-                .groupBy("cluster_id", "hour").agg(F.map_from_entries(F.array_sort(F.collect_list(  # keys in name order
-                    F.struct(F.coalesce("record_type", F.lit("unknown")), "count")))).alias("records_by_type")))
-    volume = log.groupBy("cluster_id", "hour").agg(
+    Incrementally (``HOURS``), from the hour ``since`` on: every row is read by its time; or, where the records
+    landed since follow the log's end (``Inputs.folded``), the hours' record counts built before and those records
+    (a batch lands whole, so no batch is counted twice)."""
+    keys = ["cluster_id", "hour"]
+    log = inputs.log_records("timestamp").withColumn("hour", F.date_trunc("hour", F.col("timestamp")))
+    by_type = inputs.fold("log_health", log.groupBy(
+        *keys, F.coalesce("record_type", F.lit("unknown")).alias("record_type")).count(), [*keys, "record_type"],
+        {"count": F.sum("count")},
+        lambda built: built.select(*keys, F.explode("records_by_type").alias("record_type", "count")))
+    per_type = by_type.groupBy(*keys).agg(F.map_from_entries(F.array_sort(F.collect_list(  # keys in name order
+        F.struct("record_type", "count")))).alias("records_by_type"))
+    counts = ["records", "noop_records", "control_records", "batches"]
+    volume = inputs.fold("log_health", log.groupBy(*keys).agg(
         F.count(F.lit(1)).alias("records"),
         F.sum((F.col("record_type") == "NO_OP_RECORD").cast("long")).alias("noop_records"),
         F.sum(F.col("is_control").cast("long")).alias("control_records"),
-        F.countDistinct("batch_base_offset").alias("batches"))
+        F.countDistinct("batch_base_offset").alias("batches"),
+        F.min("log_offset").alias("from_offset"), F.max("log_offset").alias("to_offset")), keys,
+        {**{c: F.sum(c) for c in counts}, "from_offset": F.min("from_offset"), "to_offset": F.max("to_offset")},
+        lambda built: built.filter(F.col("records") > 0))  # (an hour of no record: no volume)
     crc = (inputs.from_since(inputs.table("batches").filter(~F.col("crc_valid")), "max_timestamp")
            .groupBy("cluster_id", F.date_trunc("hour", F.col("max_timestamp")).alias("hour"))
            .agg(F.count(F.lit(1)).alias("crc_failures")))

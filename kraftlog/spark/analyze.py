@@ -17,7 +17,9 @@ the cluster had. The next run compares each cluster with that row and the curren
   earliest one a row landed since falls in, ``LOG`` tables the gaps after the last offset landed before the
   earliest record landed since, ``EPOCHS`` tables the epoch holding that offset and later ones
   (``epochs_after``); when the ledger does not tell what landed since (a run committed after a later one),
-  they rebuild the cluster's rows;
+  they rebuild the cluster's rows. Where the records landed since all follow the log's end at the last analysis
+  and the tables that sum the log (``HOURS``, ``EPOCHS``) end there too, those tables read only the new records
+  and fold them into their rows built before (``folds``, ``Inputs.fold``): an hour's cost follows what landed;
 * **rebuild**: anything else (another lineage, no state): every event row of the cluster is rebuilt.
 
 Either way the tables end equal to a build from scratch (``tests/test_increments.py``).
@@ -83,6 +85,8 @@ class Cut:
 _ROW_AT = {POINT: "log_offset", WINDOW: "to_offset", LOG: "from_offset", EPOCHS: "from_offset", HOURS: "hour",
            CLUSTER: "cluster_id"}
 _LANDED = (HOURS, LOG, EPOCHS)  # the kinds of tables of the landed log itself
+# those that sum it (``Inputs.fold``), and the column their rows built before are read back by from ``since`` on
+_FOLDED = {HOURS: "hour", EPOCHS: "to_offset"}
 
 
 @dataclass
@@ -103,6 +107,9 @@ class EventPlan:
     gaps_after: dict[str, int] = field(default_factory=dict)  # of those with new records: where LOG tables go on
     epochs_after: dict[str, int] = field(default_factory=dict)  # and where EPOCHS tables go on
     log_ends: dict[str, int | None] = field(default_factory=dict)  # analyze_state.log_end of the clusters going on
+    # of those with new records, those whose new records all follow that end and whose tables that sum the log end
+    # there too (``folds``): that end
+    folded: dict[str, int] = field(default_factory=dict)
     # per cluster going on, the partitions the partition events read (``partition_topics``; None: all)
     topics: dict[str, TopicsRead | None] = field(default_factory=dict)
 
@@ -155,6 +162,17 @@ class EventPlan:
         since, whole = self.since(increment), self._whole(increment)
         return None if not since and set(whole) == set(self.clusters) else Scope.of(whole, since)
 
+    def folds(self, increment: str) -> tuple[Scope, Scope] | None:
+        """For a table that sums the landed log (``_FOLDED``), in the clusters ``folded``: the records it reads (from
+        the first offset after the end) and its rows built before that it reads back (from its ``since`` on); None
+        where none is folded (``Inputs.folded``, ``Inputs.built``)."""
+        since = self.since(increment)
+        folded = {c: end for c, end in self.folded.items() if c in since}
+        if increment not in _FOLDED or not folded:
+            return None
+        return (Scope.of([], {c: end + 1 for c, end in folded.items()}, "log_offset"),
+                Scope.of([], {c: since[c] for c in folded}, _FOLDED[increment]))
+
     def versions(self, increment: str) -> Scope | None:
         """The history rows a table of kind ``increment`` is built from (None: all of them)."""
         if self.everything:
@@ -205,8 +223,9 @@ def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> Ev
         found = landed_since(landed(store), plan.held)
         plan.landed = {c: found.get(c, Landed(None, None, None)) for c in plan.held}
         gaps = pool.submit(gaps_after, store, plan.landed, plan.log_ends)
+        folded = pool.submit(folds, store, plan.landed, plan.log_ends)
         plan.epochs_after = epochs_after(store, plan.landed, plan.log_ends)
-        plan.gaps_after, plan.topics = gaps.result(), topics.result()
+        plan.gaps_after, plan.topics, plan.folded = gaps.result(), topics.result(), folded.result()
     return plan
 
 
@@ -289,6 +308,25 @@ def epochs_after(store: TableStore, got: dict[str, Landed], ends: dict[str, int 
     return out
 
 
+def folds(store: TableStore, got: dict[str, Landed], ends: dict[str, int | None]) -> dict[str, int]:
+    """Per cluster whose records landed since its last analysis all follow the log's end then (``ends``), and whose
+    tables that sum the log (``_FOLDED``) end there too: that end. Their rows hold every record up to it, so the
+    records after fold into them (``Inputs.fold``). A table that ends elsewhere (an analysis that wrote it, then
+    stopped before its ``analyze_state`` row) is rebuilt from ``since`` on instead."""
+    after = {c: end for c, g in got.items() if g.first is not None and (end := ends.get(c)) is not None
+             and g.first > end}
+    if not after:
+        return {}
+    tables = [t for t in event_tables().values() if increment_of(t) in _FOLDED]
+    ends_found = functools.reduce(DataFrame.unionByName, [
+        store.read(t).filter(of_clusters(list(after))).groupBy("cluster_id", F.lit(t.name).alias("table")).agg(
+            F.max("to_offset").alias("end")) for t in tables])
+    found: dict[str, set[tuple[str, int]]] = {c: set() for c in after}
+    for r in ends_found.collect():
+        found[r["cluster_id"]].add((r["table"], r["end"]))
+    return {c: end for c, end in after.items() if found[c] == {(t.name, end) for t in tables}}
+
+
 def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope | None = None,
            read: Inputs | None = None, since: Scope | None = None,
            topics: Mapping[str, TopicsRead | None] | None = None) -> Inputs:
@@ -359,6 +397,9 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
     whole = inputs(store, clusters, plan.versions(CLUSTER), every)
     by_kind = {POINT: later, WINDOW: later, CLUSTER: whole,
                **{kind: inputs(store, clusters, plan.versions(kind), every, plan.reads(kind)) for kind in _LANDED}}
+    for kind in _FOLDED:
+        if (folds := plan.folds(kind)) is not None:
+            by_kind[kind] = dataclasses.replace(by_kind[kind], folded=folds[0], built=_built(store, folds[1]))
     if kept is not None:
         # one keeper per set of inputs, however many kinds read it (POINT and WINDOW read one)
         keeping = {id(x): dataclasses.replace(x, keep=kept.keeper()) for x in by_kind.values()}
@@ -379,6 +420,11 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
             yield t, df if where is None else where.select(df), None if where is None else where.sql()
 
 
+def _built(store: TableStore, rows: Scope) -> Callable[[str], DataFrame]:
+    """The ``rows`` of an event table, by name, as the store holds them now (``Inputs.built``)."""
+    return lambda name: rows.select(store.read(event_tables()[name]))
+
+
 class _Reader(Inputs):
     """``Inputs`` that remembers what a builder read: which histories, whether landed tables, the log's end."""
 
@@ -390,7 +436,8 @@ class _Reader(Inputs):
             self.landed = True
             return inputs.table(name)
 
-        super().__init__(inputs.histories, table, inputs.ranges, inputs.since, inputs.whole, inputs.keep)
+        super().__init__(inputs.histories, table, inputs.ranges, inputs.since, inputs.whole, inputs.keep,
+                         inputs.folded, inputs.built)
 
     def history(self, kind: str, whole: bool = False) -> DataFrame:
         self.read.add(kind)

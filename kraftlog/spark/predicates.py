@@ -125,6 +125,12 @@ class Scope:
         """The same clusters and cuts, on ``columns``."""
         return replace(self, columns=columns)
 
+    def without(self, clusters: Iterable[str]) -> Scope:
+        """The same scope, but none of ``clusters``."""
+        drop = set(clusters)
+        return replace(self, whole=tuple(c for c in self.whole if c not in drop),
+                       after=tuple((c, o) for c, o in self.after if c not in drop))
+
     def cuts(self, spark: Any, name: str = "since") -> DataFrame:
         """The cuts as a small DataFrame: ``cluster_id`` and ``name`` (the clusters of ``after``)."""
         return local_frame(spark, list(self.after), f"cluster_id string, {name} {self._type()}")

@@ -720,7 +720,8 @@ def _typed(table: TableDef, records: pa.Table, rows: np.ndarray, index: np.ndarr
         [d.data for d in values], pa.struct([pa.field(f.name, f.type) for f in fields])).flatten(), strict=True))
     read["unknown_tagged_fields"] = pa.array([(d.data or {}).get(UNKNOWN_TAGS) for d in values],
                                              table.schema.field("unknown_tagged_fields").type)
-    read["redacted_fields"] = pa.array([list(d.redacted) or None for d in values], pa.list_(pa.string()))
+    read["redacted_fields"] = pa.array([list(d.redacted) or None for d in values],
+                                       table.schema.field("redacted_fields").type)
     return pa.Table.from_arrays([take.column(f.name) if f.name in take.column_names else read[f.name].take(spread)
                                  for f in table.schema], schema=table.schema)
 
