@@ -313,8 +313,7 @@ def folds(store: TableStore, got: dict[str, Landed], ends: dict[str, int | None]
     tables that sum the log (``_FOLDED``) end there too: that end. Their rows hold every record up to it, so the
     records after fold into them (``Inputs.fold``). A table that ends elsewhere (an analysis that wrote it, then
     stopped before its ``analyze_state`` row) is rebuilt from ``since`` on instead."""
-    after = {c: end for c, g in got.items() if g.first is not None and (end := ends.get(c)) is not None
-             and g.first > end}
+    after = {c: at for c, at in landed_after(got, ends).items() if at == ends.get(c)}
     if not after:
         return {}
     tables = [t for t in event_tables().values() if increment_of(t) in _FOLDED]
