@@ -435,8 +435,7 @@ class _Reader(Inputs):
             self.landed = True
             return inputs.table(name)
 
-        super().__init__(inputs.histories, table, inputs.ranges, inputs.since, inputs.whole, inputs.keep,
-                         inputs.folded, inputs.built)
+        super().__init__(**{**{f.name: getattr(inputs, f.name) for f in dataclasses.fields(Inputs)}, "table": table})
 
     def history(self, kind: str, whole: bool = False) -> DataFrame:
         self.read.add(kind)

@@ -17,6 +17,7 @@ Either way a cluster gets the same ``ClusterBase``: an hourly build reads the ho
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,7 +67,7 @@ def log_digest() -> Column:
 @dataclass(frozen=True)
 class _Run:
     """A cluster's log records (of some rows): first and last offset, the greatest offset that follows a gap among
-    them (``inner``), the last record time, count and digest."""
+    them (``inner``), the last record time, count and digest, and their record types (when asked for)."""
 
     first: int
     last: int
@@ -74,20 +75,23 @@ class _Run:
     last_ms: int | None
     records: int
     digest: int
+    types: frozenset[str] | None = None
 
 
-def _runs(log: DataFrame) -> dict[str, _Run]:
+def _runs(log: DataFrame, types: bool = False) -> dict[str, _Run]:
     prev = F.lag("log_offset").over(Window.partitionBy("cluster_id").orderBy("log_offset"))
     gap = prev.isNotNull() & (F.col("log_offset") != prev + 1)
-    rows = (log.select("cluster_id", "log_offset", "timestamp", log_digest().alias("_h"), gap.alias("_gap"))
+    kinds = [F.collect_set("record_type").alias("types")] if types else []
+    rows = (log.select("cluster_id", "log_offset", "timestamp", "record_type", log_digest().alias("_h"),
+                       gap.alias("_gap"))
             .groupBy("cluster_id")
             .agg(F.min("log_offset").alias("first"), F.max("log_offset").alias("last"),
                  F.max(F.when(F.col("_gap"), F.col("log_offset"))).alias("inner"),
                  F.max(F.unix_millis("timestamp")).alias("last_ms"), F.count("*").alias("n"),
-                 F.bit_xor("_h").alias("d"))
+                 F.bit_xor("_h").alias("d"), *kinds)
             .collect())
-    return {r["cluster_id"]: _Run(r["first"], r["last"], r["inner"], r["last_ms"], r["n"], r["d"] or 0)
-            for r in rows}
+    return {r["cluster_id"]: _Run(r["first"], r["last"], r["inner"], r["last_ms"], r["n"], r["d"] or 0,
+                                  frozenset(r["types"]) if types else None) for r in rows}
 
 
 @dataclass
@@ -162,10 +166,11 @@ def cluster_bases(table: TableSource, clusters: list[str] | None = None) -> list
 @dataclass
 class Carried:
     """What ``carry_bases`` found: the bases carried on, and per cluster the count and digest of the log records
-    landed since (all after its last offset)."""
+    landed since (all after its last offset) and their record types."""
 
     bases: dict[str, ClusterBase]
     added: dict[str, tuple[int, int]]
+    types: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 def carry_bases(table: TableSource, previous: Mapping[str, ClusterBase], since: Mapping[str, str]) -> Carried:
@@ -176,10 +181,12 @@ def carry_bases(table: TableSource, previous: Mapping[str, ClusterBase], since: 
         return Carried({}, {})
     later = Scope.of([], since, "run_id", strict=True)
     log, snaps = _sources(table, list(since))
-    runs = _runs(later.select(log))
-    touched: dict[str, set[str]] = {}
-    for r in later.select(snaps).select("cluster_id", "snapshot_id").distinct().collect():
-        touched.setdefault(r["cluster_id"], set()).add(r["snapshot_id"])
+    with ThreadPoolExecutor(1) as pool:  # two small jobs: each waits more on scheduling than on cores
+        new_snaps = pool.submit(lambda: later.select(snaps).select("cluster_id", "snapshot_id").distinct().collect())
+        runs = _runs(later.select(log), types=True)
+        touched: dict[str, set[str]] = {}
+        for r in new_snaps.result():
+            touched.setdefault(r["cluster_id"], set()).add(r["snapshot_id"])
     out = Carried({}, {})
     need: list[tuple[str, int]] = []  # (cluster, offset): the log's epoch at a snapshot it reaches only now
     for c in since:
@@ -199,6 +206,7 @@ def carry_bases(table: TableSource, previous: Mapping[str, ClusterBase], since: 
                                    {o: e for o, e in p.log_epochs.items() if o in offsets},
                                    {i: d for i, d in p.snapshot_digests.items() if i not in gone}, start=start)
         out.added[c] = (run.records, run.digest) if run is not None else (0, 0)
+        out.types[c] = run.types or frozenset() if run is not None else frozenset()
         if run is not None:
             need += [(c, s.offset) for s in kept if s.offset not in p.log_epochs and run.first <= s.offset <= run.last]
     wanted = {(c, s) for c, ids in touched.items() if c in out.bases for s in ids}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -202,19 +203,24 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, clust
             plan.rebuilt.append(b.cluster_id)
             plan.run.append(b)
     if go_on:
-        problems = {r["cluster_id"]: r["problems"] for r in store.read(replay_ranges_table())
-                    .filter(of_clusters(list(go_on))).select("cluster_id", "problems").collect()}
+        resume = {b.source_cluster: (b.cluster_id, go_on[b.cluster_id]) for b in bases if b.cluster_id in go_on}
+        with ThreadPoolExecutor(1) as pool:  # (small jobs: each waits more on scheduling than on cores)
+            ranges = pool.submit(lambda: store.read(replay_ranges_table()).filter(of_clusters(list(go_on)))
+                                 .select("cluster_id", "problems").collect())
+            # the types of the records landed since are those from the resume offset on, unless it is a Begin
+            known = {c: set(carried.types[c]) for c, (out, _) in resume.items()
+                     if c in carried.types and out not in plan.reopened}
+            types = {**known, **types_since(table, {c: r for c, r in resume.items() if c not in known})}
+            if not plan.rebuilt:
+                plan.record_types = set().union(*types.values())
+            plan.restored = topics_read(table, resume, types)
+            problems = {r["cluster_id"]: r["problems"] for r in ranges.result()}
         for b in bases:
             if b.cluster_id in go_on:
                 plan.run.append(replace(b, resume_from=go_on[b.cluster_id],
                                         carried=_carried(problems.get(b.cluster_id), b.base.problem,
                                                          go_on[b.cluster_id])))
         plan.resumed = sorted(go_on)
-        resume = {b.source_cluster: (b.cluster_id, go_on[b.cluster_id]) for b in bases if b.cluster_id in go_on}
-        types = types_since(table, resume)
-        if not plan.rebuilt:
-            plan.record_types = set().union(*types.values())
-        plan.restored = topics_read(table, resume, types)
         plan.state = state_rows({kind: store.read(t) for kind, t in history_tables().items() if kind in plan.kinds},
                                 go_on, plan.restored)
     return plan
