@@ -54,7 +54,8 @@ EPOCHS = "epochs"
 def _table(name: str, description: str, fields: list[pa.Field], key: tuple[str, ...], increment: str = CLUSTER
            ) -> TableDef:
     return TableDef(name, pa.schema([_cluster(), *fields]), description, ("cluster_id", *key), (), "event",
-                    properties={"kraftlog.event": name, "kraftlog.increment": increment})
+                    properties={"kraftlog.event": name, "kraftlog.increment": increment},
+                    open_column="to_offset" if increment == WINDOW else None)
 
 
 def increment_of(table: TableDef) -> str:

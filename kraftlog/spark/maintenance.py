@@ -9,7 +9,8 @@ their first cluster and time into bins of about ``TARGET_FILE_BYTES``, and each 
 cluster and time in row groups of ``ROW_GROUP_ROWS``, so a reader of a few clusters (an hourly increment, an
 analyst's ``WHERE cluster_id = ...``) skips the row groups of the others by their bounds. (delta-rs's own
 compaction concatenates files in commit order: every hour's files of every cluster end up in one row group.)
-Only files under the target are rewritten, so a run's work follows what landed since the last one. Compaction and
+Only files under the target are rewritten, so a run's work follows what landed since the last one; files with rows the
+next build rewrites (``TableDef.open_column``) are never packed with closed rows' files. Compaction and
 z-ordering rewrite files without changing a row (``dataChange: false``); the application transactions that make
 ingest idempotent are kept. Vacuum removes files unreferenced for longer than the retention (Delta's default:
 7 days, which keeps time travel and readers of older versions working).
@@ -66,23 +67,27 @@ def cluster_columns(table: TableDef) -> list[str]:
     return [c for c in ("cluster_id", time_column) if c is not None and c in names]
 
 
-def compaction_bins(files: pa.Table, columns: list[str], target: int = TARGET_FILE_BYTES) -> list[list[str]]:
+def compaction_bins(files: pa.Table, columns: list[str], target: int = TARGET_FILE_BYTES,
+                    open_column: str | None = None) -> list[list[str]]:
     """The paths of ``files`` (a table's add actions, flattened) to compact together: those under ``target`` bytes,
     in order of their first ``columns`` values, packed into bins of at most ``target`` bytes (a file alone in its
-    bin is left as it is)."""
+    bin is left as it is). With ``open_column`` (``TableDef.open_column``), files with open rows (a null there) and
+    files of closed rows only are never packed together."""
     firsts = [files[f"min.{c}"].to_pylist() if f"min.{c}" in files.column_names else [None] * files.num_rows
               for c in columns]
-    small = sorted((tuple((v is not None, str(v)) for v in first), path, size)  # files without bounds first
-                   for path, size, *first in zip(files["path"].to_pylist(), files["size_bytes"].to_pylist(), *firsts,
-                                                 strict=True) if size < target)
+    nulls = f"null_count.{open_column}"
+    opened = [bool(n) for n in files[nulls].to_pylist()] if nulls in files.column_names else [False] * files.num_rows
+    small = sorted((o, tuple((v is not None, str(v)) for v in first), path, size)  # files without bounds first
+                   for path, size, o, *first in zip(files["path"].to_pylist(), files["size_bytes"].to_pylist(), opened,
+                                                    *firsts, strict=True) if size < target)
     bins: list[list[str]] = [[]]
-    size = 0
-    for _, path, n in small:
-        if bins[-1] and size + n > target:
+    size, kind = 0, False
+    for o, _, path, n in small:
+        if bins[-1] and (size + n > target or o != kind):
             bins.append([])
             size = 0
         bins[-1].append(path)
-        size += n
+        size, kind = size + n, o
     return [b for b in bins if len(b) > 1]
 
 
@@ -95,7 +100,7 @@ def compact_clustered(store: TableStore, table: TableDef, dt: Any, run_id: str, 
 
     columns = cluster_columns(table)
     files = pa.table(dt.get_add_actions(flatten=True))
-    bins = compaction_bins(files, columns, target)
+    bins = compaction_bins(files, columns, target, table.open_column)
     if not bins:
         return {"removed": 0, "added": 0}
     root = store.path(table)

@@ -34,7 +34,7 @@ from kraftlog.analytics.events import valid_at
 from kraftlog.spark.bases import ClusterBase, TableSource
 from kraftlog.spark.predicates import Scope, of_clusters, only_topics
 from kraftlog.spark.session import default_parallelism, local_frame
-from kraftlog.spark.store import FILE_PART, StagedFile, TableStore, restage, staged_rows
+from kraftlog.spark.store import FILE_PART, StagedFile, TableStore, open_part, restage, staged_rows
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
 from kraftlog.state.history import Versions
 from kraftlog.state.replay import Change, Event, Replayer, TopicsRead, still_open, still_open_parts
@@ -344,15 +344,19 @@ class _Sink:
     def __init__(self) -> None:
         self.tables = {t.name: t.schema for t in output_tables()}
         self.rows: dict[str, list[dict[str, Any]]] = {name: [] for name in self.tables}
-        self.history = {kind: t.name for kind, t in history_tables().items()}
+        # current versions go to files of their own: the next build rewrites them, never the closed ones
+        self.history: dict[str, tuple[str, str, str]] = {}  # kind -> its table, the file part of open rows, column
+        for kind, t in history_tables().items():
+            assert t.open_column is not None
+            self.history[kind] = (t.name, open_part(t), t.open_column)
         # history rows come with timestamps in ms: converted as such in one pass, then cast to the table's unit
         self.in_ms = {t.name: pa.struct([f.with_type(pa.timestamp("ms", f.type.tz)) if pa.types.is_timestamp(f.type)
                                          else f for f in t.schema]) for t in history_tables().values()}
         self.count = 0
 
     def version(self, kind: str, row: dict[str, Any]) -> None:
-        # current versions go to files of their own: the next build rewrites them, never the closed ones
-        name = self.history[kind] if row["valid_to_offset"] is not None else self.history[kind] + FILE_PART + "open"
+        closed, opened, column = self.history[kind]
+        name = closed if row[column] is not None else opened
         self.rows.setdefault(name, []).append(row)
         self.count += 1
 

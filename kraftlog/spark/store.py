@@ -388,7 +388,7 @@ class TableStore(ABC):
         n = max(1, default_parallelism(self.spark))
 
         def land(t: TableDef, df: DataFrame, where: str | None) -> int:  # one narrow job per table: Arrow
-            files = self.stage(df.select(*t.columns).coalesce(n), [t], _whole(t.name), build_id)  # of wide structs
+            files = self.stage(df.select(*t.columns).coalesce(n), [t], _open_apart(t), build_id)  # of wide structs
             self.overwrite(t, files, build_id, where)
             return sum(f.num_records for f in files)
 
@@ -646,6 +646,24 @@ def _whole(name: str) -> Router:
     """A router sending every row to table ``name``."""
     def route(batch: pa.RecordBatch) -> dict[str, pa.Table]:
         return {name: pa.Table.from_batches([batch])}
+    return route
+
+
+def open_part(table: TableDef) -> str:
+    """The file part (``FILE_PART``) of the rows of ``table`` the next build rewrites (``TableDef.open_column``)."""
+    return table.name + FILE_PART + "open"
+
+
+def _open_apart(table: TableDef) -> Router:
+    """A router sending the rows of ``table`` whose ``open_column`` is null to files of their own (``open_part``)."""
+    column = table.open_column
+    if column is None:
+        return _whole(table.name)
+
+    def route(batch: pa.RecordBatch) -> dict[str, pa.Table]:
+        rows = pa.Table.from_batches([batch])
+        is_open = pc.is_null(rows[column])
+        return {table.name: rows.filter(pc.invert(is_open)), open_part(table): rows.filter(is_open)}
     return route
 
 

@@ -57,7 +57,7 @@ class EntityKind:
         ])
         return TableDef(f"{self.name}_history", schema, self.description + " One row per version.",
                         ("cluster_id", *self.key_names, "valid_from_offset"), (), "history",
-                        properties={"kraftlog.entity": self.name})
+                        properties={"kraftlog.entity": self.name}, open_column="valid_to_offset")
 
 
 KINDS: tuple[EntityKind, ...] = (

@@ -55,6 +55,9 @@ class TableDef:
     kind: str = "core"  # core | typed | history | event (the table property kraftlog.kind)
     record_type: str | None = None  # typed tables: the Kafka type name rows carry in records.record_type
     properties: dict[str, str] = field(default_factory=dict)
+    # a null here marks a row the next incremental build rewrites (a current version, an open window): such rows
+    # are written to files of their own, so that the build deletes (rewrites) those files, never the closed rows'
+    open_column: str | None = None
 
     @property
     def columns(self) -> list[str]:
