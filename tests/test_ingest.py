@@ -298,6 +298,54 @@ def test_active_segments_growing_on_every_node_land_as_the_whole_log_at_once(spa
     assert rows(last.values()) == rows(_table(once, "files").select(whole).to_pylist())
 
 
+def test_segments_a_live_controller_appends_to_while_the_run_reads_them_land(spark: Any, tmp_path: Path) -> None:
+    """A live data directory: every node's active segment gets a batch (a NoOp, as a quiet controller writes one
+    every 500 ms) every 20 ms while the run lists, plans and lands it. Each pass reads a file as it was listed, so
+    every grown segment lands up to its listed size (none is left over as changed since the plan), and the next run
+    takes the rest: the same tables as landing the final files at once."""
+    import threading
+
+    from services import copy_upto, table_rows
+
+    live, once = tmp_path / "live", tmp_path / "once"
+    inputs = copy_upto(SAMPLE, tmp_path / "in", 1850)
+    _run(spark, [inputs], live)
+    growing = sorted(inputs.rglob("00000000000000001818.log"))
+    end = read_file(growing[0]).batches[-1]  # every replica ends with it (the log up to offset 1850)
+    last, epoch = end.last_offset, end.partition_leader_epoch
+    noop = metadata_value(next(m for m in S.metadata.values() if m.record_type == "NO_OP_RECORD"), {}, 0)
+    done = threading.Event()
+
+    def append() -> None:  # the same batch on every replica, whole, as Kafka appends
+        offset = last + 1
+        while not done.is_set():
+            data = batch(offset, [record(0, noop)], epoch=epoch, base_timestamp=1_763_700_000_000 + offset)
+            for p in growing:
+                with p.open("ab") as fh:
+                    fh.write(data)
+            offset += 1
+            done.wait(0.02)
+
+    writer = threading.Thread(target=append)
+    writer.start()
+    try:
+        during = _run(spark, [inputs], live)
+    finally:
+        done.set()
+        writer.join()
+    assert during.files_deferred == 0 and during.files_ingested == 6, during.line()
+    ledger = _table(live, "files").filter(pa.compute.equal(pa.compute.field("run_id"), during.run_id)).to_pylist()
+    assert sorted(Path(r["path"]).name for r in ledger) == ["00000000000000001818.log"] * 6
+    assert all(Path(r["path"].removeprefix("file:")).stat().st_size > r["size"] for r in ledger)  # grew meanwhile
+    _run(spark, [inputs], live)
+    shutil.copytree(inputs, tmp_path / "final")
+    _run(spark, [tmp_path / "final"], once)
+    cat = catalog()
+    for t in [*cat.core.values(), *cat.typed.values()]:
+        if t.name not in ("runs", "files"):
+            assert table_rows(str(live / t.name)) == table_rows(str(once / t.name)), t.name
+
+
 def test_the_landed_rows_a_run_compares_its_winners_with(spark: Any) -> None:
     """Of a cluster whose competing files are all grown segments, the log records past the lowest offset already
     decided and the competing snapshots' records; of a cluster with a new or rewritten segment, every record; of a

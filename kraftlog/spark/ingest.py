@@ -82,6 +82,7 @@ class IngestResult:
     divergent: int = 0
     errors: int = 0
     identity_conflicts: int = 0  # files whose cluster or node is in doubt (see their ledger errors)
+    files_deferred: int = 0  # read otherwise than planned (rewritten or removed meanwhile): the next run takes them
     chosen: int = 0  # records whose copies were chosen among (a grown segment's only past what it had)
     seconds: float = 0.0
     recovered: list[str] = field(default_factory=list)
@@ -98,6 +99,8 @@ class IngestResult:
     def line(self) -> str:
         rec = f", recovered {len(self.recovered)} interrupted run(s)" if self.recovered else ""
         doubt = f", IDENTITY CONFLICTS {self.identity_conflicts} (files.errors)" if self.identity_conflicts else ""
+        rec += (f", deferred {self.files_deferred} (changed while read: the next run takes them)"
+                if self.files_deferred else "")
         return (f"kraftlog ingest {self.run_id}: files {self.files_seen} (ingested {self.files_ingested}: "
                 f"{self.files_clean} clean, {self.files_contested} contested), records {self.records_decoded}, "
                 f"new rows {self.rows_added}, divergent {self.divergent}, errors {self.errors}{doubt}{rec}, "
@@ -238,6 +241,10 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _
     staged = store.stage(groups, tables, LandRouter(ids, keep, run_id, together), run_id)
     manifest.files += staged
     ledger_rows = [f for f in staged if f.table == "files"]
+    result.files_deferred = len(todo) - sum(f.num_records for f in ledger_rows)
+    if result.files_deferred:
+        log.warning("%d files were rewritten or removed while this run read them: the next run takes them",
+                    result.files_deferred)
     result.rows_added = sum(f.num_records for f in staged if f.table == "records")
     result.records_decoded, errors = _sum_ledger(store, cat, ledger_rows, ("records", "error_count"))
     result.errors += errors

@@ -78,8 +78,10 @@ class FileGroups:
 
 def read_contents(files: Iterable[FileSpec], storage: Storage) -> Iterator[list[Content]]:
     """Batches of ``files``' contents, each of at most ``FILES_PER_BATCH`` files and ``BYTES_PER_BATCH`` bytes unless a
-    single file is bigger; a file removed since it was listed (retention) is left out. The bytes are read once and
-    handed over as they are (a segment grows to 1 GiB: no copy into Arrow and out again)."""
+    single file is bigger; a file removed since it was listed (retention) is left out. Each file is read up to its
+    listed size: a live segment appended to meanwhile is read by every pass of a run as it was listed (the next run
+    takes what it grew by). The bytes are read once and handed over as they are (a segment grows to 1 GiB: no copy
+    into Arrow and out again)."""
     batch: list[Content] = []
     size = 0
     for f in files:
@@ -88,7 +90,7 @@ def read_contents(files: Iterable[FileSpec], storage: Storage) -> Iterator[list[
             yield done
             del done
         try:
-            data = storage.read_bytes(f.path)
+            data = storage.read_bytes(f.path, f.size)
         except FileNotFoundError:
             continue
         batch.append(Content(f.path, f.mtime_ms, data))
