@@ -138,19 +138,22 @@ class Storage:
                           int(i.mtime_ns // 1_000_000) if i.mtime_ns is not None else 0) for i in infos]
         return lister
 
-    def read_bytes(self, uri: str, size: int | None = None) -> bytes:
-        """The content of ``uri``; with ``size``, its first ``size`` bytes at most (one ranged read on an object
-        store): a file appended to since it was listed (a live log segment) is read as it was listed."""
+    def read_bytes(self, uri: str, size: int | None = None, start: int = 0) -> bytes:
+        """The content of ``uri``; with ``size``, its bytes from ``start`` up to ``size`` at most (one ranged read on
+        an object store): a file appended to since it was listed (a live log segment) is read as it was listed."""
         uri = normalize(uri)
         if is_local(uri):
             with open(local_path(uri), "rb") as fh:
-                return fh.read() if size is None else fh.read(size)
+                if size is None:
+                    return fh.read()
+                fh.seek(start)
+                return fh.read(max(0, size - start))
         filesystem, path = self.filesystem(uri)
         if size is None:
             with filesystem.open_input_stream(path) as fh:
                 return bytes(fh.read())
         with filesystem.open_input_file(path) as fh:
-            return bytes(fh.read_at(min(size, fh.size()), 0))
+            return bytes(fh.read_at(max(0, min(size, fh.size()) - start), start))
 
     def write_bytes(self, uri: str, data: bytes) -> None:
         """Write ``uri`` whole: readers see the old content or the new, never part (an object store's PUT;

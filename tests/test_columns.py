@@ -189,6 +189,37 @@ def test_a_segment_read_a_range_at_a_time_gives_the_whole_files_columns() -> Non
         joined = _concatenated(tail)
         assert joined.positions.tolist() == clean.positions[b:].tolist()
         assert joined.offset.tolist() == clean.offset[clean.batch >= b].tolist()
-        assert read_ranges(data, name, 3_000, after=after + 1, at=at, epoch=epoch) is None  # not the batch after
+        odd = _concatenated(list(read_ranges(data, name, 3_000, after=after + 1, at=at, epoch=epoch) or ()))
+        assert f"base offset {after + 1} where the batches before lead to {after + 2}" in odd.errors[0].describe()
     assert len(list(read_ranges(data, name, 3_000) or ())) > 30
     assert len(list(read_ranges(data, f"{5:020d}-{2:010d}.checkpoint", 3_000) or ())) == 1  # a snapshot is read whole
+
+
+def _from_batch(whole: LogColumns, b: int) -> LogColumns:
+    """``whole``'s columns and problems from its batch ``b`` on."""
+    rows = whole.batch >= b
+    at = int(whole.positions[b])
+    return LogColumns(whole.positions[b:], whole.headers[b:], whole.crc_valid[b:], whole.batch_errors[b:],
+                      [e for e in whole.errors if e.position >= at], whole.batch[rows] - b, whole.offset[rows],
+                      whole.timestamp[rows], whole.position[rows], whole.code[rows], whole.distinct, whole.vectorized)
+
+
+def test_a_grown_segment_read_from_where_it_was_read_to_gives_the_whole_files_columns_from_there() -> None:
+    """A grown segment is read from the end of what an earlier run read without a problem (``Ingested``: the last
+    offset, the byte and the epoch there), from the file's bytes or from a window of them starting at the batch
+    before (``start``: a grown segment read from its last batch landed on). Both give the whole file's columns and
+    problems from there, positions the file's, whatever the damage after: the reference walker goes on from the
+    batches before as the whole file's walk does."""
+    from kraftlog.tables.rows import Ingested
+
+    data, name = joined_sample_log()
+    for _, mutant in damaged_logs(data):
+        whole = read_columns(mutant, name)
+        damaged = [i for i, e in enumerate(whole.batch_errors) if e] or [len(whole.positions) - 1]
+        for b in sorted({1, max(1, damaged[0] // 2), damaged[0]}):
+            after = int(whole.offset[whole.batch < b].max())
+            grown = Ingested(after, int(whole.positions[b]), int(whole.headers["partition_leader_epoch"][b - 1]))
+            expected = _from_batch(whole, b)
+            _equal(_concatenated(list(grown.ranges(mutant, name) or ())), expected)
+            start = int(whole.positions[b - 1])
+            _equal(_concatenated(list(grown.ranges(mutant[start:], name, start) or ())), expected)

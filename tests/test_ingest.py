@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -288,14 +289,27 @@ def test_active_segments_growing_on_every_node_land_as_the_whole_log_at_once(spa
         if t.name not in ("runs", "files"):  # what each run did and read, not what landed
             assert table_rows(str(hourly / t.name)) == table_rows(str(once / t.name)), t.name
     # each file's last ledger row tells the whole file, though the last runs read only what the segments grew by
-    whole = ["path", "size", "content_sha256", "batches", "control_batches", "records", "crc_failures",
-             "first_offset", "last_offset", "metadata_version", "status", "error_count"]
-    last = {r["path"]: r for r in sorted(_table(hourly, "files").select([*whole, "ingested_at"]).to_pylist(),
-                                         key=lambda r: r["ingested_at"])}
+    # (from their last batch landed on: its position and digest are the whole file's)
+    whole = ["path", "size", "batches", "control_batches", "records", "crc_failures", "first_offset", "last_offset",
+             "metadata_version", "status", "error_count", "tail_position", "tail_sha256"]
+    versions: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(_table(hourly, "files").select([*whole, "content_sha256", "ingested_at"]).to_pylist(),
+                    key=lambda r: r["ingested_at"]):
+        versions.setdefault(r["path"], []).append(r)
     def rows(ledger: Any) -> list[tuple[Any, ...]]:  # paths from the node directory on
         return sorted(("node-" + r["path"].split("/node-", 1)[1], *(r[c] for c in whole[1:])) for r in ledger)
 
-    assert rows(last.values()) == rows(_table(once, "files").select(whole).to_pylist())
+    assert rows(v[-1] for v in versions.values()) == rows(_table(once, "files").select(whole).to_pylist())
+    # content_sha256: of the bytes read whole, or chained from the version before and the bytes the file grew by
+    chained = 0
+    for path, (*before, end) in versions.items():
+        data = Path(path.removeprefix("file:")).read_bytes()
+        if end["content_sha256"] != hashlib.sha256(data).hexdigest():
+            prev = before[-1]  # unchanged where the file did not grow (a copy touched: its ledger row the same)
+            assert end["content_sha256"] == (prev["content_sha256"] if len(data) == prev["size"] else hashlib.sha256(
+                prev["content_sha256"].encode() + data[prev["size"]:]).hexdigest()), path
+            chained += 1
+    assert chained == 6  # every node's active segment
 
 
 def test_segments_a_live_controller_appends_to_while_the_run_reads_them_land(spark: Any, tmp_path: Path) -> None:
@@ -305,7 +319,7 @@ def test_segments_a_live_controller_appends_to_while_the_run_reads_them_land(spa
     takes the rest: the same tables as landing the final files at once."""
     import threading
 
-    from services import copy_upto, table_rows
+    from services import arrow_rows, copy_upto
 
     live, once = tmp_path / "live", tmp_path / "once"
     inputs = copy_upto(SAMPLE, tmp_path / "in", 1850)
@@ -340,10 +354,54 @@ def test_segments_a_live_controller_appends_to_while_the_run_reads_them_land(spa
     _run(spark, [inputs], live)
     shutil.copytree(inputs, tmp_path / "final")
     _run(spark, [tmp_path / "final"], once)
+
+    def rows(uri: Path) -> list[str]:  # the listing may catch the replicas a batch apart: the first to hold an
+        t = DeltaTable(str(uri)).to_pyarrow_table()  # offset lands its copy (identical to the others) then
+        return arrow_rows(t.drop_columns([c for c in ("node_id", "file_position") if c in t.column_names]))
+
     cat = catalog()
     for t in [*cat.core.values(), *cat.typed.values()]:
         if t.name not in ("runs", "files"):
-            assert table_rows(str(live / t.name)) == table_rows(str(once / t.name)), t.name
+            assert rows(live / t.name) == rows(once / t.name), t.name
+
+
+def test_a_ledger_of_an_earlier_kraftlog_gains_the_tail_columns_in_place(spark: Any, tmp_path: Path) -> None:
+    """A warehouse whose ``files`` ledger an earlier kraftlog wrote (no ``tail_position``, ``tail_sha256``) gains
+    them in place, its rows kept: the grown segments are read whole once (their tails unknown), and from the rows
+    that run writes on, from their last batch."""
+    from deltalake import write_deltalake
+    from services import copy_upto, table_rows
+
+    from kraftlog.tables.definitions import _fingerprint
+
+    wh, once, inputs = tmp_path / "wh", tmp_path / "once", tmp_path / "in"
+    _run(spark, [copy_upto(SAMPLE, inputs, 1850)], wh)
+    files = catalog()["files"]
+    older = pa.schema([f for f in files.schema if f.name not in ("tail_position", "tail_sha256")])
+    rows = _table(wh, "files").select(older.names).cast(older)
+    shutil.rmtree(wh / "files")
+    DeltaTable.create(str(wh / "files"), schema=older, name="files",
+                      configuration={**files.table_properties(), "kraftlog.schema": _fingerprint(older)},
+                      raise_if_key_not_exists=False)
+    write_deltalake(str(wh / "files"), rows, mode="append")
+
+    second = _run(spark, [copy_upto(SAMPLE, inputs, 1900)], wh)  # copied again: every file touched
+    ledger = _table(wh, "files")
+    assert ledger.column_names == files.columns and ledger.num_rows == rows.num_rows + second.files_ingested
+    assert DeltaTable(str(wh / "files")).metadata().configuration["kraftlog.schema"] == files.fingerprint
+    new = ledger.filter(pa.compute.invert(pa.compute.is_in(ledger["run_id"], rows["run_id"]))).to_pylist()
+    assert all(r["tail_position"] is not None for r in new if r["file_kind"] == "segment")
+    assert all(r["content_sha256"] == hashlib.sha256(Path(r["path"].removeprefix("file:")).read_bytes()).hexdigest()
+               for r in new)  # read whole
+    _run(spark, [copy_upto(SAMPLE, inputs, 1 << 40)], wh)
+    def plain(r: dict[str, Any]) -> str:
+        return hashlib.sha256(Path(r["path"].removeprefix("file:")).read_bytes()).hexdigest()
+
+    chained = [r for r in _table(wh, "files").to_pylist()
+               if r["path"].endswith("1818.log") and r["content_sha256"] != plain(r)]
+    assert len(chained) >= 5  # read from their last batch on (node-103's did not grow)
+    _run(spark, [SAMPLE], once)
+    assert table_rows(str(wh / "records")) == table_rows(str(once / "records"))
 
 
 def test_the_landed_rows_a_run_compares_its_winners_with(spark: Any) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from kraftlog.spark.inputs import Content, FileGroups, FileSpec, by_cluster
 from kraftlog.spark.store import StreamingWriter, spark_schema, write_parquet
 from kraftlog.storage import Storage
 from kraftlog.tables.definitions import catalog
-from kraftlog.tables.rows import SUMMARY, FileIdentity, FileLander, FileRef, KeepSpec, summarize
+from kraftlog.tables.rows import SUMMARY, FileIdentity, FileLander, FileRef, KeepSpec, Resume, content_digest, summarize
 
 if TYPE_CHECKING:
     from kraftlog.tables.rows import Ingested
@@ -24,16 +23,25 @@ if TYPE_CHECKING:
 
 def refs(contents: list[Content], identities: dict[str, tuple[FileIdentity, int]]) -> list[FileRef]:
     """The files of a batch of file contents (``inputs.read_contents``)."""
-    return [FileRef(c.path, c.data, c.mtime_ms, *identities[c.path]) for c in contents]
+    return [FileRef(c.path, c.data, c.mtime_ms, *identities[c.path], start=c.start) for c in contents]
 
 
-def summaries(spark: SparkSession, files: FileGroups, prefix_sizes: dict[str, int]) -> list[dict[str, Any]]:
-    """Pass 0 (every changed file): batch-header summaries, collected (one small row per file)."""
+def summaries(spark: SparkSession, files: FileGroups, prefix_sizes: dict[str, int],
+              resumes: Mapping[str, Resume] | None = None) -> list[dict[str, Any]]:
+    """Pass 0 (every changed file): batch-header summaries, collected (one small row per file). A grown segment
+    read from its last batch landed on (``resumes``) is read whole instead where that batch changed (its ``start``
+    in the summary is 0)."""
+    resumes = resumes or {}
+
+    def one(c: Content) -> dict[str, Any]:
+        resume = resumes.get(c.path)
+        if c.start and (resume is None or not resume.holds(c.data, c.start)):
+            c = Content(c.path, c.mtime_ms, files.storage.read_bytes(c.path, c.start + len(c.data)))
+        return summarize(c.path, c.data, prefix_sizes.get(c.path), c.start, resume)
 
     def run(batches: Iterable[list[Content]]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            rows = [summarize(c.path, c.data, prefix_sizes.get(c.path)) for c in b]
-            yield pa.RecordBatch.from_pylist(rows, schema=SUMMARY)
+            yield pa.RecordBatch.from_pylist([one(c) for c in b], schema=SUMMARY)
 
     return [r.asDict() for r in files.map(spark, run, SUMMARY).collect()]
 
@@ -108,7 +116,7 @@ def stage_choices(spark: SparkSession, identities: dict[str, tuple[FileIdentity,
             write_parquet("divergence", dest + "/divergence", diverged, storage)
         problems = conflicts(diverged)
         rows: list[dict[str, Any]] = [
-            {"file_id": f.file_id, "sha256": hashlib.sha256(f.content).hexdigest(),
+            {"file_id": f.file_id, "sha256": None if f.start else content_digest(f.content),  # a window: planned
              "lo": [lo for lo, _ in keep.get(f.file_id, ())], "hi": [hi for _, hi in keep.get(f.file_id, ())],
              "divergent": 0, "winners": 0, "conflict": problems.get(f.path)} for f in files]
         rows.append({"divergent": diverged.num_rows, "winners": won, "conflict": None})

@@ -57,7 +57,7 @@ from kraftlog.spark.transforms import against_existing, keep_ranges, new_rows, p
 from kraftlog.storage import normalize
 from kraftlog.tables.copies import DIVERGENCE_SOURCE, SAME_EPOCH, render_divergence
 from kraftlog.tables.definitions import Catalog, catalog
-from kraftlog.tables.rows import INDEX, FileIdentity, Ingested, KeepSpec, Prefix, file_layout
+from kraftlog.tables.rows import INDEX, FileIdentity, Ingested, KeepSpec, Prefix, Resume, file_layout
 from kraftlog.wire.columns import read_columns
 from kraftlog.wire.discover import DataDir, find_data_dirs
 from kraftlog.wire.files import SEGMENT
@@ -113,8 +113,8 @@ class _File:
     mtime_ms: int
     identity: FileIdentity
 
-    def spec(self, path: str) -> FileSpec:
-        return FileSpec(path, self.size, self.mtime_ms)
+    def spec(self, path: str, start: int = 0) -> FileSpec:
+        return FileSpec(path, self.size, self.mtime_ms, start)
 
 
 def _divergence_router(run_id: str):  # type: ignore[no-untyped-def]
@@ -175,7 +175,8 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
     ledger = [r.asDict() for r in store.read(cat.core["files"]).select(
         "path", "cluster_id", "data_dir", "file_kind", "snapshot_id", "size", "content_sha256", "first_offset",
         "last_offset", (F.unix_micros("modification_time") / 1000).cast("long").alias("mtime_ms"),
-        "ingested_at", "status", "batches", "control_batches", "records", "metadata_version").collect()]
+        "ingested_at", "status", "batches", "control_batches", "records", "metadata_version", "tail_position",
+        "tail_sha256").collect()]
     latest: dict[str, dict[str, object]] = {}
     for r in sorted(ledger, key=lambda r: r["ingested_at"]):
         latest[r["path"]] = r
@@ -227,9 +228,11 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _
     together = {p: todo[p].identity.cluster_id for p in new
                 if new_bytes[todo[p].identity.cluster_id] <= TOGETHER_BYTES}
     rest = [p for p in ordered if p not in named and p not in together]
+    starts: dict[str, int] = {}
     if rest:
-        keep.update(_plan_from_headers(spark, store, cat, rest, todo, ids, ledger, latest, landed_clusters,
-                                       manifest, result))
+        planned, starts = _plan_from_headers(spark, store, cat, rest, todo, ids, ledger, latest, landed_clusters,
+                                             manifest, result)
+        keep.update(planned)
     result.files_contested += len(together)
     log.info("plan: %d files land directly (%d by their names), %d are decided record by record with their copies",
              result.files_clean, len(named), result.files_contested)
@@ -237,7 +240,8 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _
 
     # pass 2: land (and decide the clusters landed together)
     tables = [cat.core["records"], cat.core["batches"], cat.core["files"], cat.core["divergence"], *cat.typed.values()]
-    groups = by_cluster(spark, [todo[p].spec(p) for p in ordered], land_units(ordered, together), store.storage)
+    groups = by_cluster(spark, [todo[p].spec(p, starts.get(p, 0)) for p in ordered], land_units(ordered, together),
+                        store.storage)
     staged = store.stage(groups, tables, LandRouter(ids, keep, run_id, together), run_id)
     manifest.files += staged
     ledger_rows = [f for f in staged if f.table == "files"]
@@ -265,34 +269,60 @@ def land_units(paths: list[str], together: Mapping[str, str]) -> dict[str, str]:
 def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, ordered: list[str],
                        todo: dict[str, _File], ids: dict[str, tuple[FileIdentity, int]],
                        ledger: list[dict[str, object]], latest: dict[str, dict[str, object]],
-                       landed_clusters: set[str], manifest: Manifest, result: IngestResult) -> dict[str, KeepSpec]:
-    """Pass 0 over ``ordered`` (a header walk), the plan, and the record-level choice for contested files."""
+                       landed_clusters: set[str], manifest: Manifest, result: IngestResult
+                       ) -> tuple[dict[str, KeepSpec], dict[str, int]]:
+    """Pass 0 over ``ordered`` (a header walk), the plan, and the record-level choice for contested files; and the
+    byte each grown segment is read from (``Resume``: from its last batch landed on, where that is unchanged)."""
     prefix = {p: int(latest[p]["size"]) for p in ordered if p in latest}  # type: ignore[call-overload]
-    files = by_bytes(spark, [todo[p].spec(p) for p in ordered], store.storage)
-    summary = {r["path"]: r for r in summaries(spark, files, prefix)}
+    resumes = {p: r for p in ordered if (r := resume_of(p, todo[p].size, latest.get(p))) is not None}
+    files = by_bytes(spark, [todo[p].spec(p, resumes[p].tail_position if p in resumes else 0) for p in ordered],
+                     store.storage)
+    summary = {r["path"]: r for r in summaries(spark, files, prefix, resumes)}
     planned = []
     for p in ordered:
         s, f, prev = summary[p], todo[p], latest.get(p)
         info, snap, _, _ = file_layout(p)
         unchanged = prev is not None and s["prefix_sha256"] is not None and s["prefix_sha256"] == prev["content_sha256"]
-        planned.append(PlannedFile(p, f.identity.cluster_id, info.kind, snap, s["first_offset"], s["last_offset"],
+        first, last = s["first_offset"], s["last_offset"]
+        if s["start"] and prev is not None:  # read from its last batch landed on: the whole file's offsets
+            first, last = prev["first_offset"], last if last is not None else prev["last_offset"]
+        planned.append(PlannedFile(p, f.identity.cluster_id, info.kind, snap, first, last,
                                    s["sha256"], prev["size"] if prev else None,  # type: ignore[arg-type]
                                    prev["last_offset"] if prev else None,  # type: ignore[arg-type]
                                    unchanged, s["prefix_epoch"] if unchanged else None))
     plan = plan_files(planned, _landed(ledger))
     result.files_clean += len(plan.clean)
     keep = dict(plan.clean)
+    # a segment whose last batch landed is unchanged is read from there on by every pass (it has a Prefix, below)
+    starts = {f.path: summary[f.path]["start"] for f in planned
+              if summary[f.path]["start"] and f.ingested is not None and f.ingested.epoch is not None}
     if plan.contested:
         by_path = {f.path: f for f in planned}
         base = {p: KeepSpec((), _min_position(by_path[p]), sha256=by_path[p].sha256) for p in plan.contested}
         rewritten = [p for p in plan.contested if p in latest and not by_path[p].prefix_unchanged]
-        keep.update(_decide(spark, store, cat, base, ids, [todo[p].spec(p) for p in base], landed_clusters,
-                            rewritten, manifest, result, decided_upto([by_path[p] for p in plan.contested])))
-    return with_prefixes(keep, planned, latest)
+        keep.update(_decide(spark, store, cat, base, ids, [todo[p].spec(p, starts.get(p, 0)) for p in base],
+                            landed_clusters, rewritten, manifest, result,
+                            decided_upto([by_path[p] for p in plan.contested])))
+    keep = with_prefixes(keep, planned, latest, resumes)
+    for p in [p for p in starts if keep[p].prefix is None]:  # read whole after all: not the content summarised
+        del starts[p]
+        keep[p] = replace(keep[p], sha256=None)
+    return keep, starts
 
 
-def with_prefixes(keep: dict[str, KeepSpec], planned: list[PlannedFile], latest: dict[str, dict[str, Any]]
-                  ) -> dict[str, KeepSpec]:
+def resume_of(path: str, size: int, prev: dict[str, Any] | None) -> Resume | None:
+    """Where a segment changed since its last ledger row (``prev``) is read from: that row's last batch, where the
+    row read the file without a problem and the batch ended it (``Resume``); None: read it whole. A segment no
+    longer than then (touched: a copy synced again) is read from there too: its digest may be a chain, which only
+    the batch there can be checked against."""
+    if (prev is None or prev["status"] != "ok" or prev["tail_position"] is None or prev["tail_sha256"] is None
+            or size < prev["size"] or file_layout(path)[0].kind != SEGMENT):
+        return None
+    return Resume(prev["size"], prev["content_sha256"], prev["tail_position"], prev["tail_sha256"])
+
+
+def with_prefixes(keep: dict[str, KeepSpec], planned: list[PlannedFile], latest: dict[str, dict[str, Any]],
+                  resumes: Mapping[str, Resume] | None = None) -> dict[str, KeepSpec]:
     """``keep`` with the ``Prefix`` of each grown segment whose part ingested before read without a problem (its
     ledger row ``ok``, the epoch it ends at known): the land pass reads only what it grew by."""
     out = dict(keep)
@@ -302,7 +332,7 @@ def with_prefixes(keep: dict[str, KeepSpec], planned: list[PlannedFile], latest:
                 and prev is not None and prev["status"] == "ok"):
             out[f.path] = replace(out[f.path], prefix=Prefix(
                 ingested, prev["batches"], prev["control_batches"], prev["records"], prev["first_offset"],
-                prev["metadata_version"]))
+                prev["metadata_version"], (resumes or {}).get(f.path)))
     return out
 
 

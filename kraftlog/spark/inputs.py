@@ -32,20 +32,24 @@ BYTES_PER_BATCH = 16 << 20
 
 
 class Content(NamedTuple):
-    """A file as a task read it: its URI, modification time (epoch ms) and bytes (the only copy in the task)."""
+    """A file as a task read it: its URI, modification time (epoch ms) and bytes (the only copy in the task) from
+    byte ``start`` of the file on."""
 
     path: str
     mtime_ms: int
     data: bytes
+    start: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class FileSpec:
-    """A listed file: its URI, size and modification time (epoch ms)."""
+    """A listed file: its URI, size and modification time (epoch ms); ``start``: the byte it is read from (a grown
+    segment: from its last batch landed, ``Resume``)."""
 
     path: str
     size: int
     mtime_ms: int
+    start: int = 0
 
 
 @dataclass(frozen=True)
@@ -85,15 +89,15 @@ def read_contents(files: Iterable[FileSpec], storage: Storage) -> Iterator[list[
     batch: list[Content] = []
     size = 0
     for f in files:
-        if batch and (len(batch) >= FILES_PER_BATCH or size + f.size > BYTES_PER_BATCH):
+        if batch and (len(batch) >= FILES_PER_BATCH or size + f.size - f.start > BYTES_PER_BATCH):
             done, batch, size = batch, [], 0
             yield done
             del done
         try:
-            data = storage.read_bytes(f.path, f.size)
+            data = storage.read_bytes(f.path, f.size, f.start)
         except FileNotFoundError:
             continue
-        batch.append(Content(f.path, f.mtime_ms, data))
+        batch.append(Content(f.path, f.mtime_ms, data, f.start))
         size += len(data)
         del data
     if batch:
@@ -135,8 +139,8 @@ def by_cluster(spark: SparkSession, files: list[FileSpec], cluster_of: Mapping[s
     by_key: dict[str, list[FileSpec]] = {}
     for f in sorted(files, key=lambda f: f.path):
         by_key.setdefault(cluster_of[f.path], []).append(f)
-    bins = group_count(spark, sum(f.size for f in files))
-    packed = pack({k: sum(f.size for f in fs) for k, fs in by_key.items()}, bins)
+    bins = group_count(spark, sum(f.size - f.start for f in files))
+    packed = pack({k: sum(f.size - f.start for f in fs) for k, fs in by_key.items()}, bins)
     return FileGroups(tuple(tuple(f for k in g for f in by_key[k]) for g in packed if g), storage)
 
 

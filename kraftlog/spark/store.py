@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.config import Config
@@ -410,12 +411,22 @@ class TableStore(ABC):
         problem = table.layout_problem(properties, columns)
         if problem is None:
             return False
+        added = table.added_columns(properties, columns)
+        if added:
+            log.warning("table %s: adding the columns %s (its rows before hold none)", table.name,
+                        ", ".join(f.name for f in added))
+            self._add_columns(table, added)
+            return False
         if not table.derived:
             raise OutdatedTable(f"{self.warehouse}: {problem}; landed tables are not rewritten in place: ingest "
                                 "into a new warehouse (kraftlog ingest PATH... --warehouse NEW)")
         log.warning("%s: dropped, the build rebuilds it from the landed tables", problem)
         self.drop(table)
         return True
+
+    @abstractmethod
+    def _add_columns(self, table: TableDef, added: list[pa.Field]) -> None:
+        """Append the nullable columns ``added`` to ``table`` in place, and stamp its new layout."""
 
     def drop(self, table: TableDef) -> None:
         """Remove a derived ``table`` (its files and log); ``ensure`` creates it anew."""
@@ -524,6 +535,13 @@ class DeltaRsStore(TableStore):
                           raise_if_key_not_exists=False)
         return True
 
+    def _add_columns(self, table: TableDef, added: list[pa.Field]) -> None:
+        from deltalake import Field
+
+        dt = self.table(table)
+        dt.alter.add_columns([Field.from_arrow(f) for f in added])
+        dt.alter.set_table_properties({"kraftlog.schema": table.fingerprint}, raise_if_not_exists=False)
+
     def read(self, table: TableDef) -> DataFrame:
 
         return self.read_parquet(self.table(table).file_uris(), spark_schema(table))
@@ -592,14 +610,19 @@ class DeltaSparkStore(TableStore):
                 f"SHOW TBLPROPERTIES delta.`{self.path(table)}`").collect()}
             if not self._layout_checked(table, found, self.read(table).columns):
                 return False
-        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" + (" NOT NULL" if not f.nullable else "")
-                         + (f" COMMENT '{_sql_str(f.metadata['comment'])}'" if f.metadata.get("comment") else "")
-                         for f in spark_schema(table).fields)
+        cols = ", ".join(_column_ddl(f) for f in spark_schema(table).fields)
         props = ", ".join(f"'{k}' = '{_sql_str(v)}'" for k, v in table.table_properties().items())
         parts = f" PARTITIONED BY ({', '.join(table.partition_by)})" if table.partition_by else ""
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{self.path(table)}` ({cols}) USING DELTA{parts} "
                        f"COMMENT '{_sql_str(table.description)}' TBLPROPERTIES ({props})")
         return True
+
+    def _add_columns(self, table: TableDef, added: list[pa.Field]) -> None:
+        names = {f.name for f in added}
+        cols = ", ".join(_column_ddl(f) for f in spark_schema(table).fields if f.name in names)
+        self.spark.sql(f"ALTER TABLE delta.`{self.path(table)}` ADD COLUMNS ({cols})")
+        self.spark.sql(f"ALTER TABLE delta.`{self.path(table)}` SET TBLPROPERTIES "
+                       f"('kraftlog.schema' = '{table.fingerprint}')")
 
     def read(self, table: TableDef) -> DataFrame:
         return self.spark.read.format("delta").load(self.path(table))
@@ -785,3 +808,9 @@ def writing(store: TableStore, config: Config, run_id: str, purpose: str) -> Ite
             yield held
         finally:
             store.lease = None
+
+
+def _column_ddl(f: T.StructField) -> str:
+    """A column's SQL definition: name, type, NOT NULL, comment."""
+    return (f"`{f.name}` {f.dataType.simpleString()}" + (" NOT NULL" if not f.nullable else "")
+            + (f" COMMENT '{_sql_str(f.metadata['comment'])}'" if f.metadata.get("comment") else ""))

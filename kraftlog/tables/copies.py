@@ -141,7 +141,9 @@ def choose_in_parts(files: list[FileRef], indexer: FileIndexer | None = None,
     reading: dict[int, Iterator[LogColumns]] = {}
     for i, f in segments.items():
         grown = decided.get(i)
-        reading[i] = (grown and grown.ranges(f.content, f.path)) or read_ranges(f.content, f.path) or iter(())
+        assert grown or not f.start, f"{f.path}: read from byte {f.start} without what was decided before it"
+        reading[i] = (grown and grown.ranges(f.content, f.path, f.start)) or read_ranges(f.content, f.path) \
+            or iter(())
     read_to = dict.fromkeys(reading, -(1 << 63))  # the highest log offset read of each segment
     pending: list[pa.Table] = []
     while reading or pending:

@@ -73,8 +73,18 @@ class TableDef:
     def fingerprint(self) -> str:
         """A digest of the column names and types (the table property ``kraftlog.schema``): a table written by a
         kraftlog with another layout has another one."""
-        text = ";".join(f"{f.name}:{f.type}" for f in self.schema)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return _fingerprint(self.schema)
+
+    def added_columns(self, properties: dict[str, str], columns: list[str]) -> list[pa.Field]:
+        """The nullable columns this layout appends to an existing table of the layout before them (its
+        ``properties`` and ``columns``): an earlier kraftlog's table that gains them in place (its rows null there);
+        [] for any other table."""
+        k = len(columns)
+        added = list(self.schema)[k:]
+        if not added or columns != self.columns[:k] or not all(f.nullable for f in added):
+            return []
+        found = properties.get("kraftlog.schema")
+        return added if found is None or found == _fingerprint(pa.schema(list(self.schema)[:k])) else []
 
     def table_properties(self) -> dict[str, str]:
         """Delta table properties (``kraftlog.*`` keys describe the table)."""
@@ -94,6 +104,10 @@ class TableDef:
         change = (f"columns {', '.join(gone)} became {', '.join(new)}" if gone or new
                   else "column types or order changed")
         return f"table {self.name} was written by a kraftlog with another layout ({change})"
+
+
+def _fingerprint(schema: pa.Schema) -> str:
+    return hashlib.sha256(";".join(f"{f.name}:{f.type}" for f in schema).encode()).hexdigest()[:16]
 
 
 # -- shared column groups -----------------------------------------------------------------------
@@ -193,7 +207,8 @@ def _files_schema() -> pa.Schema:
         col("deleted_snapshot", pa.bool_(), "True for *.checkpoint.deleted files"),
         col("size", pa.int64(), "Bytes", nullable=False),
         col("modification_time", TS, "Modification time reported by the file system"),
-        col("content_sha256", pa.string(), "SHA-256 of the content"),
+        col("content_sha256", pa.string(), "SHA-256 of the content; of a grown segment read from its tail_position "
+            "on, SHA-256 of the previous version's content_sha256 (hex) and the bytes it grew by"),
         col("batches", pa.int32(), "Batches read"),
         col("control_batches", pa.int32(), "Control batches read"),
         col("records", pa.int64(), "Records read"),
@@ -206,6 +221,11 @@ def _files_schema() -> pa.Schema:
         col("errors", pa.list_(pa.string()), "The first problems: file@position: reason"),
         col("ingested_at", TS, "When this version of the file was ingested"),
         RUN_COLUMN,
+        # added after run_id: a warehouse of an earlier kraftlog gains them in place (TableDef.added_columns)
+        col("tail_position", pa.int64(), "Byte position of the file's last batch where it ends the file whole: the "
+            "next run reads a grown segment from there on"),
+        col("tail_sha256", pa.string(), "SHA-256 of that last batch: the next run checks that the batch there is "
+            "unchanged (the same batch at the same offset and epoch: the same log before it, by Raft's log matching)"),
     ])
 
 

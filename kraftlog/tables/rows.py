@@ -43,6 +43,7 @@ from kraftlog.wire.columns import (
     LogColumns,
     Value,
     framed_headers,
+    moved,
     read_columns,
     read_ranges,
     read_tail,
@@ -87,6 +88,12 @@ class FileRef:
     mtime_ms: int
     identity: FileIdentity
     file_id: int = 0
+    start: int = 0  # the byte of the file ``content`` starts at (a grown segment read from its tail: ``Resume``)
+
+    @property
+    def size(self) -> int:
+        """The file's size as read."""
+        return self.start + len(self.content)
 
 
 def snapshot_label(info: FileInfo, name: str) -> str | None:
@@ -129,22 +136,77 @@ class _Hasher:
         return value_hash(key, value)
 
 
+# -- grown segments: read from the last batch landed on ---------------------------------------------
+
+class Resume(NamedTuple):
+    """Where a run reads a grown segment from, by its last ledger row: the file's ``size`` then, its
+    ``content_sha256`` (``digest``), and its last batch (``tail_position``, ``tail_sha256``). A run reads the segment
+    from that batch on: where those bytes are unchanged, so is the log before them (Raft's log matching: the same
+    batch at the same offset and epoch), so the bytes it grew by are all the run needs to read."""
+
+    size: int
+    digest: str
+    tail_position: int
+    tail_sha256: str
+
+    def holds(self, content: bytes, start: int) -> bool:
+        """Whether ``content``, read from byte ``start`` of the file, begins with that last batch, unchanged."""
+        end = self.size - start
+        return (start == self.tail_position and 0 < end <= len(content)
+                and hashlib.sha256(memoryview(content)[:end]).hexdigest() == self.tail_sha256)
+
+    def epoch(self, content: bytes) -> int:
+        """The epoch of that last batch (``content`` read from it, ``holds``)."""
+        return int.from_bytes(content[12:16], "big", signed=True)  # partitionLeaderEpoch
+
+    def digest_of(self, content: bytes, start: int) -> str:
+        """The file's ``content_sha256``: of the digest before (hex) and the bytes the file grew by (the digest
+        before where it did not grow)."""
+        grown = memoryview(content)[self.size - start:]
+        return hashlib.sha256(self.digest.encode() + grown).hexdigest() if len(grown) else self.digest
+
+
+def content_digest(content: bytes, start: int = 0, resume: Resume | None = None) -> str | None:
+    """The ``content_sha256`` of a file read from byte ``start`` on: SHA-256 of the content read whole; of a grown
+    segment read from its last batch landed on (``Resume``), the chain; None where that batch changed."""
+    if not start:
+        return hashlib.sha256(content).hexdigest()
+    return resume.digest_of(content, start) if resume is not None and resume.holds(content, start) else None
+
+
+def tail_of(cols: LogColumns, content: bytes, start: int) -> tuple[int, str] | None:
+    """(position, SHA-256) of the last batch of ``cols`` where it ends ``content`` (read from byte ``start``)."""
+    if not len(cols.positions):
+        return None
+    at = int(cols.positions[-1]) - start
+    end = at + LOG_OVERHEAD + int(cols.headers["batch_length"][-1])
+    return (at + start, hashlib.sha256(memoryview(content)[at:end]).hexdigest()) if end == len(content) else None
+
+
 # -- pass 0: headers ---------------------------------------------------------------------------------
 
 SUMMARY = pa.schema([
     ("path", pa.string()), ("size", pa.int64()), ("sha256", pa.string()), ("prefix_sha256", pa.string()),
     ("first_offset", pa.int64()), ("last_offset", pa.int64()), ("batches", pa.int32()),
     ("min_epoch", pa.int32()), ("max_epoch", pa.int32()), ("problems", pa.int32()), ("prefix_epoch", pa.int32()),
+    ("start", pa.int64()),
 ])
 
 
-def summarize(path: str, content: bytes, prefix_size: int | None) -> dict[str, Any]:
+def summarize(path: str, content: bytes, prefix_size: int | None, start: int = 0, resume: Resume | None = None
+              ) -> dict[str, Any]:
     """Batch-header summary of a file; ``prefix_sha256`` covers its first ``prefix_size`` bytes, and where a batch
     ends there in a file whose framing holds, ``prefix_epoch`` is its epoch (what the batches after go on from).
 
     A file whose framing holds is summarised from its headers gathered at once (``framed_headers``: a quiet
     cluster's segment holds a batch per NoOp, millions of them); any other is walked batch by batch, counting its
-    framing problems."""
+    framing problems. A grown segment read from its last batch landed on (``start``, ``resume.holds`` it): the
+    batches from there; its prefix is the one digested before (``prefix_sha256`` is that digest)."""
+    if start:
+        assert resume is not None and resume.holds(content, start)
+        out = summarize(path, content[resume.size - start:], None)
+        return {**out, "size": start + len(content), "sha256": resume.digest_of(content, start),
+                "prefix_sha256": resume.digest, "prefix_epoch": resume.epoch(content), "start": start}
     first = last = None
     lo = hi = None
     n = problems = 0
@@ -182,7 +244,7 @@ def summarize(path: str, content: bytes, prefix_size: int | None) -> dict[str, A
         digest.update(content)
     return {"path": path, "size": len(content), "sha256": digest.hexdigest(),
             "prefix_sha256": prefix, "first_offset": first, "last_offset": last, "batches": n, "min_epoch": lo,
-            "max_epoch": hi, "problems": problems, "prefix_epoch": prefix_epoch}
+            "max_epoch": hi, "problems": problems, "prefix_epoch": prefix_epoch, "start": 0}
 
 
 # -- pass 1: narrow index of competing files ----------------------------------------------------------
@@ -264,9 +326,13 @@ class Ingested(NamedTuple):
         before them unknown, or they do not go on regularly from what was ingested): read the whole file."""
         return None if self.epoch is None else read_tail(content, self.last_offset, self.size, self.epoch)
 
-    def ranges(self, content: bytes, source: str) -> Iterator[LogColumns] | None:
-        """The same batches a range at a time (``read_ranges``), or None."""
-        return read_ranges(content, source, after=self.last_offset, at=self.size, epoch=self.epoch)
+    def ranges(self, content: bytes, source: str, start: int = 0) -> Iterator[LogColumns] | None:
+        """The same batches a range at a time (``read_ranges``), or None; ``content``: read from byte ``start`` of
+        the file (positions are the file's)."""
+        if start and self.size == start + len(content):
+            return iter(())  # read from its last batch, and no longer: nothing after
+        cols = read_ranges(content, source, after=self.last_offset, at=self.size - start, epoch=self.epoch)
+        return cols if cols is None or not start else (moved(c, start) for c in cols)
 
 
 @dataclass(frozen=True)
@@ -280,6 +346,7 @@ class Prefix:
     records: int
     first_offset: int | None
     metadata_version: str | None
+    resume: Resume | None = None  # where the file is read from its last batch landed on
 
 
 @dataclass(frozen=True)
@@ -355,11 +422,12 @@ class FileLander:
         ``columns``: files already read column-wise, by file id (they are not read again).
         """
         for ref, keep in files:
-            content_sha256 = hashlib.sha256(ref.content).hexdigest()
-            if keep.sha256 is not None and content_sha256 != keep.sha256:
+            content_sha256 = content_digest(ref.content, ref.start, keep.prefix.resume if keep.prefix else None)
+            if content_sha256 is None or (keep.sha256 is not None and content_sha256 != keep.sha256):
                 continue  # changed since the plan: the next run takes it
             cols = (columns or {}).get(ref.file_id)
-            tail = keep.prefix.ingested.ranges(ref.content, ref.path) if cols is None and keep.prefix else None
+            tail = keep.prefix.ingested.ranges(ref.content, ref.path, ref.start) \
+                if cols is None and keep.prefix else None
             ranges = tail or ((cols,) if cols is not None else read_ranges(ref.content, ref.path) or ())
             yield from self._file(ref, keep, content_sha256, ranges, rows_per_chunk, keep.prefix if tail else None)
 
@@ -380,6 +448,9 @@ class FileLander:
         ident = ref.identity
         errors = [*ident.errors(ref.path, keep.problems)]
         counts = _Counts.after(prefix)
+        resume = prefix.resume if prefix is not None and ref.start else None
+        # the last batch, where it ends the file (the one read from where the file did not grow)
+        tail = (ref.start, resume.tail_sha256) if resume is not None and ref.size == resume.size else None
         for cols in ranges:
             errors += cols.errors
             kept = keep.mask(cols.offset)
@@ -406,6 +477,8 @@ class FileLander:
                 if ch.rows >= rows_per_chunk:
                     yield from self.flush()
             counts.add(cols)
+            if len(cols.positions):
+                tail = tail_of(cols, ref.content, ref.start)
             if len(ref.content) >= RELEASE_BYTES:  # Arrow's allocator keeps what a big range freed: give it back,
                 del cols, kept, new_batches  # so a task's memory follows one range, not the last few
                 pa.default_memory_pool().release_unused()
@@ -414,7 +487,7 @@ class FileLander:
         self._chunk.ledger.append({
             "path": ref.path, "cluster_id": ident.cluster_id, "node_id": ident.node_id,
             "data_dir": ident.data_dir, "file_kind": info.kind, "snapshot_id": snap,
-            "deleted_snapshot": info.deleted, "size": len(ref.content),
+            "deleted_snapshot": info.deleted, "size": ref.size,
             "modification_time": ref.mtime_ms * 1000, "content_sha256": content_sha256,
             "batches": counts.batches, "control_batches": counts.control_batches, "records": counts.records,
             "crc_failures": counts.crc_failures, "first_offset": counts.first_offset,
@@ -424,6 +497,8 @@ class FileLander:
             "status": "errors" if errors else "ok", "error_count": len(errors),
             "errors": [e.describe() for e in errors[:MAX_ERRORS_KEPT]],
             "ingested_at": datetime.now(UTC), "run_id": self.run_id,
+            "tail_position": tail[0] if tail and info.kind == SEGMENT else None,
+            "tail_sha256": tail[1] if tail and info.kind == SEGMENT else None,
         })
         if self._chunk.rows >= rows_per_chunk:
             yield from self.flush()

@@ -110,7 +110,7 @@ def read_tail(data: bytes, after: int, at: int, epoch: int) -> LogColumns | None
     if not 0 < at < len(data):
         return None
     cols = _vectorized(data[at:], Expect(first_offset=after + 1), epoch)
-    return None if cols is None else _moved(cols, at)
+    return None if cols is None else moved(cols, at)
 
 
 # a segment is read this many bytes of batches at a time where it reads regularly (``read_ranges``)
@@ -126,8 +126,10 @@ def read_ranges(data: bytes, source: str = "", range_bytes: int | None = None, *
     the one before, the epoch of the batch after it known), so every range reading regularly gives the whole file's
     columns. From the first range that does not, the rest comes as one last item: the reference walker's columns
     of the whole file, from that range's first batch on. Snapshots and files of at most ``range_bytes``: one item,
-    ``read_columns``. With ``at`` (``after``, ``epoch``: see ``read_tail``): the batches from byte ``at`` on, or
-    None where the first range there does not read regularly. ``range_bytes``: ``RANGE_BYTES`` unless given.
+    ``read_columns``. With ``at`` (``after``, ``epoch``: see ``read_tail``): the batches from byte ``at`` on, the
+    batches before taken as read in order up to log offset ``after`` at epoch ``epoch`` (the reference walker goes on
+    from there where they do not read regularly), or None without ``after`` and ``epoch`` or bytes after ``at``.
+    ``range_bytes``: ``RANGE_BYTES`` unless given.
     """
     range_bytes = range_bytes or RANGE_BYTES
     expect = expect_of(source)
@@ -138,10 +140,7 @@ def read_ranges(data: bytes, source: str = "", range_bytes: int | None = None, *
     elif expect.snapshot or len(data) <= range_bytes:
         return iter((read_columns(data, source),))
     ranges = _ranges(data, expect, at, epoch, range_bytes)
-    first = next(ranges)
-    if at and isinstance(first[1], BatchOrder):
-        return None
-    return _regular_then_whole(data, source, first, ranges)
+    return _regular_then_whole(data, source, next(ranges), ranges)
 
 
 def _regular_then_whole(data: bytes, source: str, first: tuple[int, LogColumns | BatchOrder],
@@ -167,7 +166,7 @@ def _ranges(data: bytes, expect: Expect, at: int, epoch: int | None, range_bytes
         if cols is None:
             yield at, BatchOrder(first_offset, expect.max_epoch, epoch, seen)
             return
-        yield at, _moved(cols, at)
+        yield at, moved(cols, at)
         last = cols.headers[-1]
         first_offset = int(last["base_offset"]) + int(last["last_offset_delta"]) + 1
         epoch, at, seen = int(last["partition_leader_epoch"]), end, seen + len(cols.positions)
@@ -189,9 +188,20 @@ def _range_end(data: bytes, at: int, range_bytes: int) -> int:
     return n
 
 
-def _moved(cols: LogColumns, at: int) -> LogColumns:
-    """Columns read from the bytes at ``at`` of a file, with the file's positions."""
-    return replace(cols, positions=cols.positions + at, position=np.where(cols.position >= 0, cols.position + at, -1))
+def moved(cols: LogColumns, at: int) -> LogColumns:
+    """Columns read from the bytes at ``at`` of a file, with the file's positions (of its problems too)."""
+    if not at:
+        return cols
+    out = replace(cols, positions=cols.positions + at, position=np.where(cols.position >= 0, cols.position + at, -1))
+    if cols.vectorized:  # read regularly: no problem to move
+        return out
+
+    def error(e: KraftDecodeError) -> KraftDecodeError:
+        return e.at(e.source, e.position + at) if e.position >= 0 else e
+    return replace(out, errors=[error(e) for e in cols.errors],
+                   batch_errors=[None if b is None else [error(e) for e in b] for b in cols.batch_errors],
+                   distinct=[(c, k, v, tuple(map(error, errs))) if errs else (c, k, v, errs)
+                             for c, k, v, errs in cols.distinct])
 
 
 # -- the reference walker's batches, as columns -----------------------------------------------------
