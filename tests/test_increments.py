@@ -32,6 +32,7 @@ from kraftlog.spark.predicates import SQL_TERMS, Scope
 from kraftlog.spark.store import store_for
 from kraftlog.state.entities import history_tables
 from kraftlog.state.replay import Replayer, TopicsRead
+from kraftlog.tables.definitions import TableDef
 
 pytestmark = pytest.mark.spark
 
@@ -434,7 +435,7 @@ def test_spark_and_delta_rs_read_the_rows_analyze_replaces_alike(spark: Any, tmp
         WINDOW: {r for r in rows if r[0] in ("r", "g") or (r[0] in going and later(r[0], r[2], True))},
         CLUSTER: {r for r in rows if r[0] not in ("u", "other")},
     }
-    scopes: dict[str, Scope | None] = {kind: plan.rows(kind) for kind in expected}
+    scopes: dict[str, Scope | None] = {kind: plan.rows(_of_kind(kind)) for kind in expected}
     # the versions POINT and WINDOW tables read (the frame's columns named as a history's)
     since = {c: cut.since for c, cut in going.items()}
     scopes["versions"] = plan.versions(POINT)
@@ -539,7 +540,7 @@ def test_the_landed_log_tables_go_on_from_what_landed_since(spark: Any, tmp_path
     # node 3: an early batch's copy fails its CRC: no record lands, the hour 22:00 is rebuilt
     events = step((3, 9000, (100,), (3000, 3100)))
     assert events.plan.landed["c"].first is None and events.plan.since(HOURS) == {"c": hour[0]}, events.line()
-    assert events.rows["log_health"] == 3 and events.plan.rows(LOG).empty
+    assert events.rows["log_health"] == 3 and events.plan.rows(_of_kind(LOG)).empty
     # node 4 lands from a host whose clock is behind: its run id sorts before those analysed, so the ledger does not
     # tell what landed since, and the landed log tables rebuild the cluster
     monkeypatch.setattr("kraftlog.spark.ingest.new_run_id", lambda: "20000101T000000-00000000")
@@ -588,12 +589,12 @@ def test_the_landed_log_tables_read_only_the_clusters_they_rebuild_rows_of() -> 
     plan = EventPlan(False, rebuilt=["r"], going_on={"quiet": Cut(5), "new": Cut(7), "unsure": Cut(9)}, gone=["g"],
                      landed={"quiet": Landed(None, None, None), "new": Landed(12, 20, hour)}, gaps_after={"new": 11})
     assert plan.reads(HOURS) == Scope.of(["r", "unsure"], {"new": hour})
-    assert plan.rows(HOURS) == Scope.of(["r", "unsure", "g"], {"new": hour}, "hour")
+    assert plan.rows(_of_kind(HOURS)) == Scope.of(["r", "unsure", "g"], {"new": hour}, "hour")
     assert plan.reads(LOG) == Scope.of(["r", "unsure"], {"new": 11})
-    assert plan.rows(LOG) == Scope.of(["r", "unsure", "g"], {"new": 12}, "from_offset")
+    assert plan.rows(_of_kind(LOG)) == Scope.of(["r", "unsure", "g"], {"new": 12}, "from_offset")
     epochs = replace(plan, epochs_after={"new": 3})
     assert epochs.reads(EPOCHS) == Scope.of(["r", "unsure"], {"new": 3})
-    assert epochs.rows(EPOCHS) == Scope.of(["r", "unsure", "g"], {"new": 4}, "from_offset")
+    assert epochs.rows(_of_kind(EPOCHS)) == Scope.of(["r", "unsure", "g"], {"new": 4}, "from_offset")
     quiet = replace(plan, landed={"quiet": Landed(None, None, None), "new": Landed(None, None, None)}, gaps_after={})
     assert quiet.reads(HOURS) == Scope.of(["r", "unsure"], {})  # not every cluster of the plan whole
     assert plan.reads(CLUSTER) is None and plan.reads(POINT) == Scope.of(["r"], {"quiet": 5, "new": 7, "unsure": 9})
@@ -652,3 +653,8 @@ def test_controller_leadership_goes_on_from_the_epoch_before_the_one_that_grew(s
     events = step(400)  # epoch 3 after epoch 7: the cluster's epochs rebuilt
     assert events.plan.epochs_after == {"c": -1} and events.rows["controller_leadership"] == 4
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+
+
+def _of_kind(increment: str) -> TableDef:
+    """An event table that ``analyze`` brings up to date by ``increment``."""
+    return next(t for t in event_tables().values() if increment_of(t) == increment)

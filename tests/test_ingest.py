@@ -393,7 +393,18 @@ def test_a_ledger_of_an_earlier_kraftlog_gains_the_tail_columns_in_place(spark: 
     assert all(r["tail_position"] is not None for r in new if r["file_kind"] == "segment")
     assert all(r["content_sha256"] == hashlib.sha256(Path(r["path"].removeprefix("file:")).read_bytes()).hexdigest()
                for r in new)  # read whole
+    # executors reading the Parquet files themselves (object stores with no Hadoop connector) see the same
+    from kraftlog.spark.store import read_parquet_with_pyarrow
+
+    read = read_parquet_with_pyarrow(spark, DeltaTable(str(wh / "files")).file_uris(), spark_schema(files),
+                                     Config.load().storage)
+    def pairs(rows: Any) -> list[tuple[str, int]]:
+        return sorted((run, -1 if tail is None else tail) for run, tail in rows)
+
+    assert pairs(read.select("run_id", "tail_position").collect()) == \
+        pairs(zip(ledger["run_id"].to_pylist(), ledger["tail_position"].to_pylist(), strict=True))
     _run(spark, [copy_upto(SAMPLE, inputs, 1 << 40)], wh)
+
     def plain(r: dict[str, Any]) -> str:
         return hashlib.sha256(Path(r["path"].removeprefix("file:")).read_bytes()).hexdigest()
 

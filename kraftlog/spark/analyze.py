@@ -81,9 +81,9 @@ class Cut:
         return self.resume if self.floor is None else min(self.resume, self.floor)
 
 
-# the column a table's rows are cut by, per kind (``CLUSTER`` tables are not cut)
-_ROW_AT = {POINT: "log_offset", WINDOW: "to_offset", LOG: "from_offset", EPOCHS: "from_offset", HOURS: "hour",
-           CLUSTER: "cluster_id"}
+# the column a table's rows are cut by, per kind (``CLUSTER`` tables are not cut), where the table has no
+# ``open_column`` (a ``WINDOW`` table's: its open windows are rebuilt too)
+_ROW_AT = {POINT: "log_offset", LOG: "from_offset", EPOCHS: "from_offset", HOURS: "hour", CLUSTER: "cluster_id"}
 _LANDED = (HOURS, LOG, EPOCHS)  # the kinds of tables of the landed log itself
 # those that sum it (``Inputs.fold``), and the column their rows built before are read back by from ``since`` on
 _FOLDED = {HOURS: "hour", EPOCHS: "to_offset"}
@@ -147,14 +147,17 @@ class EventPlan:
             return {c: got.hour for c, got in self.landed.items() if got.hour is not None}
         return {c: cut.since for c, cut in self.going_on.items()}
 
-    def rows(self, increment: str) -> Scope | None:
-        """The rows of a table of kind ``increment`` this run replaces (None: all of them)."""
+    def rows(self, table: TableDef) -> Scope | None:
+        """The rows of ``table`` this run replaces (None: all of them): from its cut on, by its kind of increment,
+        and its open rows (``TableDef.open_column`` null)."""
         if self.everything:
             return None
+        increment = increment_of(table)
         after = {c: cut.resume for c, cut in self.going_on.items()} if increment in (POINT, WINDOW) \
             else {c: at + 1 for c, at in self.since(increment).items()} if increment in (LOG, EPOCHS) \
             else self.since(increment)
-        return Scope.of([*self._whole(increment), *self.gone], after, _ROW_AT[increment], open=increment == WINDOW)
+        return Scope.of([*self._whole(increment), *self.gone], after, table.open_column or _ROW_AT[increment],
+                        open=table.open_column is not None)
 
     def reads(self, increment: str) -> Scope | None:
         """What a table of kind ``increment`` reads of the clusters it rebuilds rows of (``Inputs.since``; None:
@@ -408,7 +411,7 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
         changed = pool.submit(changed_kinds, every, plan)
         for name, t in event_tables().items():
             increment = increment_of(t)
-            where = plan.rows(increment)
+            where = plan.rows(t)
             if where is not None and where.empty:
                 continue
             reader = _Reader(by_kind[increment])

@@ -82,8 +82,8 @@ def _runs(log: DataFrame, types: bool = False) -> dict[str, _Run]:
     prev = F.lag("log_offset").over(Window.partitionBy("cluster_id").orderBy("log_offset"))
     gap = prev.isNotNull() & (F.col("log_offset") != prev + 1)
     kinds = [F.collect_set("record_type").alias("types")] if types else []
-    rows = (log.select("cluster_id", "log_offset", "timestamp", "record_type", log_digest().alias("_h"),
-                       gap.alias("_gap"))
+    rows = (log.select("cluster_id", "log_offset", "timestamp", *(["record_type"] if types else []),
+                       log_digest().alias("_h"), gap.alias("_gap"))
             .groupBy("cluster_id")
             .agg(F.min("log_offset").alias("first"), F.max("log_offset").alias("last"),
                  F.max(F.when(F.col("_gap"), F.col("log_offset"))).alias("inner"),
@@ -205,9 +205,9 @@ def carry_bases(table: TableSource, previous: Mapping[str, ClusterBase], since: 
         out.bases[c] = ClusterBase(c, c, p.base, last, last_ms, kept,
                                    {o: e for o, e in p.log_epochs.items() if o in offsets},
                                    {i: d for i, d in p.snapshot_digests.items() if i not in gone}, start=start)
-        out.added[c] = (run.records, run.digest) if run is not None else (0, 0)
-        out.types[c] = run.types or frozenset() if run is not None else frozenset()
+        out.added[c], out.types[c] = (0, 0), frozenset()
         if run is not None:
+            out.added[c], out.types[c] = (run.records, run.digest), run.types or frozenset()
             need += [(c, s.offset) for s in kept if s.offset not in p.log_epochs and run.first <= s.offset <= run.last]
     wanted = {(c, s) for c, ids in touched.items() if c in out.bases for s in ids}
     _add_snapshots(table, log, snaps, out.bases, wanted, need)

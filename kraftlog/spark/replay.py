@@ -34,7 +34,7 @@ from kraftlog.analytics.events import valid_at
 from kraftlog.spark.bases import ClusterBase, TableSource
 from kraftlog.spark.predicates import Scope, of_clusters, only_topics
 from kraftlog.spark.session import default_parallelism, local_frame
-from kraftlog.spark.store import FILE_PART, StagedFile, TableStore, open_part, restage, staged_rows
+from kraftlog.spark.store import StagedFile, TableStore, open_apart, restage, staged_rows
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
 from kraftlog.state.history import Versions
 from kraftlog.state.replay import Change, Event, Replayer, TopicsRead, still_open, still_open_parts
@@ -342,22 +342,16 @@ class _Sink:
     """Output rows buffered per table, handed out as Arrow tables."""
 
     def __init__(self) -> None:
-        self.tables = {t.name: t.schema for t in output_tables()}
+        self.tables = {t.name: t for t in output_tables()}
         self.rows: dict[str, list[dict[str, Any]]] = {name: [] for name in self.tables}
-        # current versions go to files of their own: the next build rewrites them, never the closed ones
-        self.history: dict[str, tuple[str, str, str]] = {}  # kind -> its table, the file part of open rows, column
-        for kind, t in history_tables().items():
-            assert t.open_column is not None
-            self.history[kind] = (t.name, open_part(t), t.open_column)
+        self.history = {kind: t.name for kind, t in history_tables().items()}
         # history rows come with timestamps in ms: converted as such in one pass, then cast to the table's unit
         self.in_ms = {t.name: pa.struct([f.with_type(pa.timestamp("ms", f.type.tz)) if pa.types.is_timestamp(f.type)
                                          else f for f in t.schema]) for t in history_tables().values()}
         self.count = 0
 
     def version(self, kind: str, row: dict[str, Any]) -> None:
-        closed, opened, column = self.history[kind]
-        name = closed if row[column] is not None else opened
-        self.rows.setdefault(name, []).append(row)
+        self.rows[self.history[kind]].append(row)
         self.count += 1
 
     def add(self, table: str, row: dict[str, Any]) -> None:
@@ -365,18 +359,21 @@ class _Sink:
         self.count += 1
 
     def _table(self, name: str, rows: list[dict[str, Any]]) -> pa.Table:
-        table = name.split(FILE_PART)[0]
-        schema = self.tables[table]
-        if table not in self.in_ms:
+        schema = self.tables[name].schema
+        if name not in self.in_ms:
             return pa.Table.from_pylist(rows, schema=schema)
-        return pa.Table.from_struct_array(pa.array(rows, type=self.in_ms[table])).cast(schema)
+        return pa.Table.from_struct_array(pa.array(rows, type=self.in_ms[name])).cast(schema)
 
     def drain(self, at_least: int = 1) -> Iterator[dict[str, pa.Table]]:
+        """The rows so far (at least ``at_least`` of them), by file part: the rows the next build rewrites (current
+        versions) in files of their own (``open_apart``)."""
         if self.count < at_least:
             return
-        out = {name: self._table(name, rows) for name, rows in self.rows.items() if rows}
-        for rows in self.rows.values():
-            rows.clear()
+        out: dict[str, pa.Table] = {}
+        for name, rows in self.rows.items():
+            if rows:
+                out.update(open_apart(self.tables[name], self._table(name, rows)))
+                rows.clear()
         self.count = 0
         yield out
 

@@ -677,17 +677,21 @@ def open_part(table: TableDef) -> str:
     return table.name + FILE_PART + "open"
 
 
-def _open_apart(table: TableDef) -> Router:
-    """A router sending the rows of ``table`` whose ``open_column`` is null to files of their own (``open_part``)."""
-    column = table.open_column
-    if column is None:
-        return _whole(table.name)
+def open_apart(table: TableDef, rows: pa.Table) -> dict[str, pa.Table]:
+    """``rows`` of ``table`` by file part: those whose ``open_column`` is null in files of their own (``open_part``),
+    the others in the table's; parts without rows left out."""
+    if table.open_column is None:
+        return {table.name: rows} if rows.num_rows else {}
+    is_open = pc.is_null(rows[table.open_column])
+    parts = {table.name: rows.filter(pc.invert(is_open)), open_part(table): rows.filter(is_open)}
+    return {name: part for name, part in parts.items() if part.num_rows}
 
-    def route(batch: pa.RecordBatch) -> dict[str, pa.Table]:
-        rows = pa.Table.from_batches([batch])
-        is_open = pc.is_null(rows[column])
-        return {table.name: rows.filter(pc.invert(is_open)), open_part(table): rows.filter(is_open)}
-    return route
+
+def _open_apart(table: TableDef) -> Router:
+    """A router sending the rows of ``table`` whose ``open_column`` is null to files of their own (``open_apart``)."""
+    if table.open_column is None:
+        return _whole(table.name)
+    return lambda batch: open_apart(table, pa.Table.from_batches([batch]))
 
 
 def _empty(spark: SparkSession, schema: Any) -> DataFrame:
@@ -709,10 +713,19 @@ def read_parquet_with_pyarrow(spark: SparkSession, uris: list[str], schema: Any,
         for f in groups.files(batches):
             filesystem, path = storage.filesystem(f.path)
             with filesystem.open_input_file(path) as fh:
-                data = pq.read_table(fh, columns=arrow_schema.names)
-            yield from data.cast(arrow_schema).to_batches(max_chunksize=65536)
+                data = conformed(pq.ParquetFile(fh), arrow_schema)
+            yield from data.to_batches(max_chunksize=65536)
 
     return groups.frame(spark).mapInArrow(read, schema)
+
+
+def conformed(file: pq.ParquetFile, schema: pa.Schema) -> pa.Table:
+    """The columns of ``schema`` read from ``file``, those it was written without null (a table that gained
+    columns since: ``TableDef.added_columns``)."""
+    present = set(file.schema_arrow.names)
+    data = file.read(columns=[n for n in schema.names if n in present])
+    columns = [data[f.name] if f.name in present else pa.nulls(data.num_rows, f.type) for f in schema]
+    return pa.Table.from_arrays(columns, names=schema.names).cast(schema)
 
 
 def _sql_str(text: str) -> str:
