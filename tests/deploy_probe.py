@@ -1,11 +1,14 @@
 """A spark-submit application for the deployment tests: the live session's settings, as a job sees them, and
-the Python interpreter each executor task ran in."""
+the Python interpreter each executor task ran in; then, given ``--then JOB ARGS...``, kraftlog's ``jobs/JOB.py``
+with ``ARGS`` in the same application (one start of the executors and their packed environment, not two)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -19,12 +22,23 @@ def _where(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield pa.RecordBatch.from_pylist([{"python": sys.executable, "kraftlog": kraftlog.__file__}] * b.num_rows)
 
 
-def main() -> None:
-    _, _, spark = job_arguments("deployment probe", sys.argv[1:])
+def main() -> int:
+    argv, then = sys.argv[1:], []
+    if "--then" in argv:
+        argv, then = argv[:argv.index("--then")], argv[argv.index("--then") + 1:]
+    _, _, spark = job_arguments("deployment probe", argv)
     rows = spark.range(0, 4, 1, 4).mapInArrow(_where, "python string, kraftlog string").collect()
     print("PROBE " + json.dumps({"session": describe(spark), "python": sorted({r["python"] for r in rows}),
-                                 "kraftlog": sorted({r["kraftlog"] for r in rows})}))
+                                 "kraftlog": sorted({r["kraftlog"] for r in rows})}), flush=True)
+    if not then:
+        return 0
+    job = Path(__file__).resolve().parents[1] / "jobs" / f"{then[0]}.py"
+    spec = importlib.util.spec_from_file_location(f"job_{then[0]}", job)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return int(module.main(then[1:]) or 0)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -264,3 +264,52 @@ def test_the_partition_events_share_one_window_and_build_the_same_rows(spark: An
         assert len(kept.frames) == 1
     finally:
         kept.release()
+
+
+def test_a_builder_reading_only_empty_histories_builds_no_row(spark: Any, sample: Any) -> None:
+    """The rule analyze skips a table's Spark job by (``Reads.only_of``): a builder that reads only histories,
+    none whole and no landed table, builds its rows from history rows (the log's end and the replay ranges are only
+    joined to them), so with those histories empty it builds none. Each such builder is run over the sample's
+    replay ranges and landed tables with every history empty. And what a builder reads is the same whatever its
+    inputs hold (analyze learns it once: ``_READS``): all of the sample, or none of its history."""
+    import dataclasses
+
+    from kraftlog.spark.analyze import _Reader, inputs
+    from kraftlog.spark.store import open_store
+
+    wh, _ = sample
+    x = inputs(open_store(spark, str(wh)))
+    empty = dataclasses.replace(x, histories={k: df.limit(0) for k, df in x.histories.items()})
+    skipped = []
+    for name in BUILDERS:
+        frames, found = [], []
+        for shape in (x, empty):
+            reader = _Reader(shape)
+            frames.append(BUILDERS[name](reader))
+            found.append(reader.reads())
+        assert found[0] == found[1], name
+        if found[1].only_of(set(x.histories)):
+            skipped.append(name)
+            assert frames[1].count() == 0, name
+    assert len(skipped) >= 12, skipped  # not a rule that never applies
+    assert x.ranges.count() > 0  # (the ranges the builders join to are there)
+
+
+def test_a_table_holds_rows_of_the_clusters_its_files_statistics_do_not_rule_out(spark: Any, tmp_path: Path) -> None:
+    """``TableStore.holds`` from the log alone (delta-rs) and by reading a row (the default), alike."""
+    import pyarrow as pa
+
+    from kraftlog.spark.store import TableStore, open_store
+    from kraftlog.state.entities import history_tables
+
+    store = open_store(spark, str(tmp_path / "wh"))
+    table = history_tables()["acls"]
+    store.ensure(table)
+    rows = [{f.name: None for f in table.schema} | {"cluster_id": c, "valid_from_offset": 0} for c in ("b", "d")]
+    cases = [None, ["a"], ["b"], ["c"], ["d"], ["e"], ["a", "e"], ["a", "d"]]
+    assert [store.holds(table, c) for c in cases] == [False] * len(cases)
+    for r in rows:  # a file each: b..b and d..d
+        store.overwrite(table, store.stage_small(table, pa.Table.from_pylist([r], schema=table.schema), "r"), "b",
+                        f"cluster_id = '{r['cluster_id']}'")
+    assert [store.holds(table, c) for c in cases] == [True, False, True, False, True, False, False, True]
+    assert [TableStore.holds(store, table, c) for c in cases] == [True, False, True, False, True, False, False, True]

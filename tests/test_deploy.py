@@ -96,14 +96,15 @@ def test_standalone_cluster_with_the_packed_environment(tmp_path: Path, standalo
               "--conf", "spark.executor.memory=1g", "--conf", "spark.ui.enabled=false"]
     env = spark_env(s3)
     env.pop("PYSPARK_PYTHON")
-    probe = _probe(_run([*submit, str(PROBE)], env, tmp_path))
+    wh = "s3://kraftlog/standalone"
+    # the executors' interpreter and kraftlog, then the whole run (jobs/pipeline.py), in one application; Spark
+    # Connect below runs the steps' own jobs
+    out = _run([*submit, str(PROBE), "--then", "pipeline", "--warehouse", wh, "--verify",
+                "--report-dir", "s3://kraftlog/reports", "s3://kraftlog/archive"], env, tmp_path)
+    probe = _probe(out)
     assert probe["session"].startswith(f"spark.master={standalone} ")
     assert probe["python"] and all(p.endswith("/env/bin/python") and ".venv" not in p for p in probe["python"])
     assert all("/env/lib/python" in k for k in probe["kraftlog"])  # the wheel installed in the packed env
-    wh = "s3://kraftlog/standalone"
-    # the whole run as one application (jobs/pipeline.py); Spark Connect below runs the steps' own jobs
-    out = _run([*submit, str(ROOT / "jobs" / "pipeline.py"), "--warehouse", wh, "--verify",
-                "--report-dir", "s3://kraftlog/reports", "s3://kraftlog/archive"], env, tmp_path)
     assert "errors 0" in out and "snapshots checked: 132, with differences: 0" in out
     assert "overview of 1 cluster(s): s3://kraftlog/reports/index.html" in out
     assert_same_tables(local_wh, wh, s3)

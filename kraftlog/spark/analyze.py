@@ -383,10 +383,11 @@ class Kept:
 
 
 def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
-                   ) -> Iterator[tuple[TableDef, DataFrame, str | None]]:
+                   ) -> Iterator[tuple[TableDef, DataFrame | None, str | None]]:
     """Per event table with rows to replace: its frame (only those rows) and the SQL of the rows it replaces, each
     as soon as it is planned (``TableStore.replace`` runs it while the next is); ``kept``: where the frames several
-    tables build alike are kept (``release`` it once they are written).
+    tables build alike are kept (``release`` it once they are written). The frame is None where every history
+    the table reads holds no row of the clusters analysed (``empty_kinds``): no rows, and no Spark job.
 
     When every cluster goes on, a table is skipped if nothing it read changed since the cuts: no history it
     reads has a version begun or ended since, it reads no landed table, and it reads the log's end (where
@@ -407,19 +408,35 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
         keeping = {id(x): dataclasses.replace(x, keep=kept.keeper()) for x in by_kind.values()}
         by_kind = {kind: keeping[id(x)] for kind, x in by_kind.items()}
     any_open = any(cut.floor is not None for cut in plan.going_on.values())
-    with ThreadPoolExecutor(1) as pool:  # (found while the first tables are planned)
+    with ThreadPoolExecutor(2) as pool:  # (found while the first tables are planned)
         changed = pool.submit(changed_kinds, every, plan)
+        empty = pool.submit(empty_kinds, store, clusters)
         for name, t in event_tables().items():
             increment = increment_of(t)
             where = plan.rows(t)
             if where is not None and where.empty:
                 continue
-            reader = _Reader(by_kind[increment])
-            df = BUILDERS[name](reader)
+            df: DataFrame | None = None
+            reads = _READS.get(name)
+            if reads is None:
+                reader = _Reader(by_kind[increment])
+                df = BUILDERS[name](reader)
+                reads = _READS[name] = reader.reads()
             if plan.only_going_on and not (bool(CHANGED_BY[name] & changed.result()) if name in CHANGED_BY
-                                           else reader.stale(increment, any_open, changed.result())):
+                                           else reads.stale(increment, any_open, changed.result())):
                 continue  # nothing it reads changed since the cuts
-            yield t, df if where is None else where.select(df), None if where is None else where.sql()
+            sql = None if where is None else where.sql()
+            if reads.only_of(empty.result()):
+                yield t, None, sql  # no rows: its rows in scope are removed, with no Spark job
+                continue
+            df = BUILDERS[name](by_kind[increment]) if df is None else df
+            yield t, df if where is None else where.select(df), sql
+
+
+def empty_kinds(store: TableStore, clusters: list[str] | None) -> set[str]:
+    """The entity kinds whose history holds no row of ``clusters`` (None: of any cluster), as the tables' logs
+    tell (``TableStore.holds``): a cluster with no ACL, say, builds no ``acl_changes`` row."""
+    return {kind for kind, t in history_tables().items() if not store.holds(t, clusters)}
 
 
 def _built(store: TableStore, rows: Scope) -> Callable[[str], DataFrame]:
@@ -427,12 +444,40 @@ def _built(store: TableStore, rows: Scope) -> Callable[[str], DataFrame]:
     return lambda name: rows.select(store.read(event_tables()[name]))
 
 
+@dataclass(frozen=True)
+class Reads:
+    """What an event builder reads: which histories (``kinds``; ``whole``: one of them read whole), whether landed
+    tables and the log's end. A fact of the builder's code, the same whatever the inputs (``_READS``)."""
+
+    kinds: frozenset[str]
+    landed: bool
+    end: bool
+    whole: bool
+
+    def stale(self, increment: str, window_open: bool, changed: set[str]) -> bool:
+        """Whether the table built from what was read has rows to replace when the histories of kinds ``changed``
+        have a version begun or ended since the cuts: the landed tables and the log's end move with every new
+        record (the end matters while a window is open; ``CLUSTER`` tables keep no record of theirs)."""
+        return self.landed or (self.end and (window_open or increment == CLUSTER)) or bool(self.kinds & changed)
+
+    def only_of(self, empty: set[str]) -> bool:
+        """Whether what is read holds no row: histories only, each of a kind in ``empty``, none read whole. (A
+        builder's rows come from the history rows it reads: the log's end and the replay ranges are only joined
+        to them; checked for every builder by test_analytics.)"""
+        return bool(self.kinds) and self.kinds <= empty and not (self.landed or self.whole)
+
+
+# what each builder reads, learnt at its first build in this process: a later analysis decides whether a table
+# is stale or has no rows before it builds the table's frame, and builds none where it is or has
+_READS: dict[str, Reads] = {}
+
+
 class _Reader(Inputs):
-    """``Inputs`` that remembers what a builder read: which histories, whether landed tables, the log's end."""
+    """``Inputs`` that remembers what a builder read (``reads``)."""
 
     def __init__(self, inputs: Inputs):
         self.read: set[str] = set()
-        self.landed = self.end = False
+        self.landed = self.end = self.read_whole = False
 
         def table(name: str) -> DataFrame:
             self.landed = True
@@ -442,6 +487,7 @@ class _Reader(Inputs):
 
     def history(self, kind: str, whole: bool = False) -> DataFrame:
         self.read.add(kind)
+        self.read_whole |= whole
         return super().history(kind, whole)
 
     @property
@@ -449,11 +495,8 @@ class _Reader(Inputs):
         self.end = True
         return super().ends
 
-    def stale(self, increment: str, window_open: bool, changed: set[str]) -> bool:
-        """Whether the table built from what was read has rows to replace when the histories of kinds ``changed``
-        have a version begun or ended since the cuts: the landed tables and the log's end move with every new
-        record (the end matters while a window is open; ``CLUSTER`` tables keep no record of theirs)."""
-        return self.landed or (self.end and (window_open or increment == CLUSTER)) or bool(self.read & changed)
+    def reads(self) -> Reads:
+        return Reads(frozenset(self.read), self.landed, self.end, self.read_whole)
 
 
 def changed_kinds(x: Inputs, plan: EventPlan) -> set[str]:

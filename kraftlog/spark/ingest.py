@@ -97,13 +97,14 @@ class IngestResult:
         self._mark = now
 
     def line(self) -> str:
-        rec = f", recovered {len(self.recovered)} interrupted run(s)" if self.recovered else ""
-        doubt = f", IDENTITY CONFLICTS {self.identity_conflicts} (files.errors)" if self.identity_conflicts else ""
-        rec += (f", deferred {self.files_deferred} (changed while read: the next run takes them)"
-                if self.files_deferred else "")
+        notes = "".join([
+            f", IDENTITY CONFLICTS {self.identity_conflicts} (files.errors)" if self.identity_conflicts else "",
+            f", recovered {len(self.recovered)} interrupted run(s)" if self.recovered else "",
+            f", deferred {self.files_deferred} (changed while read: the next run takes them)"
+            if self.files_deferred else ""])
         return (f"kraftlog ingest {self.run_id}: files {self.files_seen} (ingested {self.files_ingested}: "
                 f"{self.files_clean} clean, {self.files_contested} contested), records {self.records_decoded}, "
-                f"new rows {self.rows_added}, divergent {self.divergent}, errors {self.errors}{doubt}{rec}, "
+                f"new rows {self.rows_added}, divergent {self.divergent}, errors {self.errors}{notes}, "
                 f"{self.seconds:.1f} s [{self.writer}]")
 
 

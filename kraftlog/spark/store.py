@@ -46,6 +46,7 @@ from kraftlog.errors import KraftlogError, UsageError
 from kraftlog.lease import Lease
 from kraftlog.points import iso_ms
 from kraftlog.spark.inputs import FileGroups, FileSpec
+from kraftlog.spark.predicates import of_clusters
 from kraftlog.spark.session import default_parallelism, is_connect
 from kraftlog.storage import Storage, is_local, join, normalize, scheme
 from kraftlog.tables.definitions import TableDef, catalog
@@ -375,10 +376,11 @@ class TableStore(ABC):
         root, prefix = self.stage_root(table, run_id)
         return [write_parquet(table.name, root, data.cast(table.schema), self.storage, prefix)]
 
-    def replace(self, frames: Iterable[tuple[TableDef, DataFrame, str | None]], build_id: str, jobs: int = 4
+    def replace(self, frames: Iterable[tuple[TableDef, DataFrame | None, str | None]], build_id: str, jobs: int = 4
                 ) -> dict[str, int]:
         """Replace rows of derived tables (histories, events) with the rows of their DataFrames; row counts by
-        table. Each frame comes with ``where``: the SQL predicate of the rows it replaces (None: all).
+        table. Each frame comes with ``where``: the SQL predicate of the rows it replaces (None: all). A frame of
+        None: no rows (those rows are only removed, with no Spark job).
 
         One Spark job per table computes its frame and executors write the files (``jobs`` of them at a time:
         small tables cost scheduling, not cores), each submitted as soon as ``frames`` yields it (so the driver
@@ -388,8 +390,9 @@ class TableStore(ABC):
         """
         n = max(1, default_parallelism(self.spark))
 
-        def land(t: TableDef, df: DataFrame, where: str | None) -> int:  # one narrow job per table: Arrow
-            files = self.stage(df.select(*t.columns).coalesce(n), [t], _open_apart(t), build_id)  # of wide structs
+        def land(t: TableDef, df: DataFrame | None, where: str | None) -> int:  # one narrow job per table: Arrow
+            files = [] if df is None else self.stage(  # of wide structs
+                df.select(*t.columns).coalesce(n), [t], _open_apart(t), build_id)
             self.overwrite(t, files, build_id, where)
             return sum(f.num_records for f in files)
 
@@ -436,6 +439,12 @@ class TableStore(ABC):
     @abstractmethod
     def read(self, table: TableDef) -> DataFrame:
         """``table`` as a DataFrame."""
+
+    def holds(self, table: TableDef, clusters: list[str] | None = None) -> bool:
+        """Whether ``table`` may hold rows (of ``clusters``, if given); False only where it surely holds none.
+        Here: a Spark job that reads one row."""
+        df = self.read(table)
+        return bool((df if clusters is None else df.filter(of_clusters(clusters))).limit(1).collect())
 
     @abstractmethod
     def overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None = None
@@ -543,8 +552,17 @@ class DeltaRsStore(TableStore):
         dt.alter.set_table_properties({"kraftlog.schema": table.fingerprint}, raise_if_not_exists=False)
 
     def read(self, table: TableDef) -> DataFrame:
-
         return self.read_parquet(self.table(table).file_uris(), spark_schema(table))
+
+    def holds(self, table: TableDef, clusters: list[str] | None = None) -> bool:
+        """From the table's log alone (no Spark job): it has files and, for ``clusters``, a file whose
+        ``cluster_id`` statistics (min, max) do not rule them all out."""
+        files = pa.table(self.table(table).get_add_actions(flatten=True))
+        if files.num_rows == 0 or clusters is None or "min.cluster_id" not in files.column_names:
+            return files.num_rows > 0
+        return any(lo is None or hi is None or any(lo <= c <= hi for c in clusters)
+                   for lo, hi in zip(files["min.cluster_id"].to_pylist(), files["max.cluster_id"].to_pylist(),
+                                     strict=True))
 
     def _delete(self, table: TableDef, predicate: str, run_seq: int) -> None:
         from deltalake import CommitProperties, Transaction

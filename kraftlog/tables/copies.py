@@ -186,9 +186,9 @@ def choose(files: list[FileRef], indexer: FileIndexer | None = None, decided: Ma
     """The canonical copy of every record of ``files`` (the competing files of one cluster).
 
     ``decided``: by file id, the segments grown since earlier runs ingested them: their records up to what those
-    runs ingested are left out (and, where the file's bytes from there read regularly, not read: ``read_tail``; the
-    choice's ``columns`` of such a file hold its new part). They took part in that run's choice, and what landed
-    then is what this run's winners meet (``transforms.against_existing``), with the same order of copies."""
+    runs ingested are left out (the file is read whole here; ``choose_in_parts``, which a run uses, reads only what
+    it grew by). They took part in that run's choice, and what landed then is what this run's winners meet
+    (``transforms.against_existing``), with the same order of copies."""
     indexer = indexer or FileIndexer()
     decided = decided or {}
 
@@ -196,7 +196,7 @@ def choose(files: list[FileRef], indexer: FileIndexer | None = None, decided: Ma
     rows = []
     for f in files:
         grown = decided.get(f.file_id)
-        columns[f.file_id] = (grown and grown.tail(f.content)) or read_columns(f.content, f.path)
+        columns[f.file_id] = read_columns(f.content, f.path)
         rows.append(indexer.file_rows(f, columns[f.file_id], after=grown.last_offset if grown else None))
     index = pa.concat_tables(rows) if files else INDEX.empty_table()
     keep, divergence, wins = _decide(files, index)

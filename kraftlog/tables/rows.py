@@ -46,7 +46,6 @@ from kraftlog.wire.columns import (
     moved,
     read_columns,
     read_ranges,
-    read_tail,
 )
 from kraftlog.wire.compression import CODEC_NAMES
 from kraftlog.wire.errors import KraftDecodeError
@@ -321,11 +320,6 @@ class Ingested(NamedTuple):
     size: int
     epoch: int | None = None
 
-    def tail(self, content: bytes) -> LogColumns | None:
-        """The batches the segment grew by since (``read_tail``); None where they cannot be read alone (the epoch
-        before them unknown, or they do not go on regularly from what was ingested): read the whole file."""
-        return None if self.epoch is None else read_tail(content, self.last_offset, self.size, self.epoch)
-
     def ranges(self, content: bytes, source: str, start: int = 0) -> Iterator[LogColumns] | None:
         """The same batches a range at a time (``read_ranges``), or None; ``content``: read from byte ``start`` of
         the file (positions are the file's)."""
@@ -361,8 +355,7 @@ class KeepSpec:
     ``strict``: the ranges are what the file may hold (a segment's span by its name), so a record
     outside them is a problem of the file, reported in the ledger; ``problems``: what the choice among
     copies found wrong with the file (it contradicts another copy of its log), for the ledger; ``prefix``: a
-    grown segment's part landed before (``Prefix``): only the bytes after it are read (``read_tail``) where they
-    go on from it regularly.
+    grown segment's part landed before (``Prefix``): only the bytes after it are read (``Ingested.ranges``).
     """
 
     ranges: tuple[tuple[int, int], ...] = (EVERY_OFFSET,)

@@ -102,17 +102,6 @@ def read_columns(data: bytes, source: str = "", *, vectorized: bool = True) -> L
     return (_vectorized(data, expect) if vectorized else None) or _from_batches(data, source, expect)
 
 
-def read_tail(data: bytes, after: int, at: int, epoch: int) -> LogColumns | None:
-    """The batches of a segment from byte ``at`` on, column-wise, when the batch there is the one after log offset
-    ``after``, every batch from there reads regularly and no epoch goes below ``epoch`` (that of the batch before:
-    the part a segment grew by since a run read its first ``at`` bytes, up to ``after``); None otherwise (read the
-    whole file). Positions are the file's."""
-    if not 0 < at < len(data):
-        return None
-    cols = _vectorized(data[at:], Expect(first_offset=after + 1), epoch)
-    return None if cols is None else moved(cols, at)
-
-
 # a segment is read this many bytes of batches at a time where it reads regularly (``read_ranges``)
 RANGE_BYTES = 8 << 20
 
@@ -126,9 +115,10 @@ def read_ranges(data: bytes, source: str = "", range_bytes: int | None = None, *
     the one before, the epoch of the batch after it known), so every range reading regularly gives the whole file's
     columns. From the first range that does not, the rest comes as one last item: the reference walker's columns
     of the whole file, from that range's first batch on. Snapshots and files of at most ``range_bytes``: one item,
-    ``read_columns``. With ``at`` (``after``, ``epoch``: see ``read_tail``): the batches from byte ``at`` on, the
-    batches before taken as read in order up to log offset ``after`` at epoch ``epoch`` (the reference walker goes on
-    from there where they do not read regularly), or None without ``after`` and ``epoch`` or bytes after ``at``.
+    ``read_columns``. With ``at``: the batches from byte ``at`` on (where a run read a grown segment up to), the
+    batches before taken as read in order up to log offset ``after`` at epoch ``epoch`` (the last batch's before
+    ``at``; the reference walker goes on from there where the bytes do not read regularly), or None without
+    ``after`` and ``epoch`` or bytes after ``at``.
     ``range_bytes``: ``RANGE_BYTES`` unless given.
     """
     range_bytes = range_bytes or RANGE_BYTES
