@@ -35,8 +35,8 @@ DEFAULTS: dict[str, Any] = {
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.sql.execution.arrow.maxBytesPerBatch": "67108864",
             "spark.python.worker.reuse": "true",
-            # PySpark 4 records each DataFrame call's Python call site for error messages: a few round trips to
-            # the JVM per column expression, about half of the driver's calls in an analysis; off by default
+            # PySpark 4 records each DataFrame call's Python call site for error messages: about ten round trips
+            # to the JVM per call, more than half of the driver's calls in an analysis; off by default
             "spark.python.sql.dataFrameDebugging.enabled": "false",
         },
     },

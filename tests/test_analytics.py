@@ -296,7 +296,8 @@ def test_a_builder_reading_only_empty_histories_builds_no_row(spark: Any, sample
 
 
 def test_a_table_holds_rows_of_the_clusters_its_files_statistics_do_not_rule_out(spark: Any, tmp_path: Path) -> None:
-    """``TableStore.holds`` from the log alone (delta-rs) and by reading a row (the default), alike."""
+    """``TableStore.may_hold`` from the log alone: delta-rs from its files' statistics; a store that cannot tell
+    (the default) answers that it may."""
     import pyarrow as pa
 
     from kraftlog.spark.store import TableStore, open_store
@@ -307,9 +308,45 @@ def test_a_table_holds_rows_of_the_clusters_its_files_statistics_do_not_rule_out
     store.ensure(table)
     rows = [{f.name: None for f in table.schema} | {"cluster_id": c, "valid_from_offset": 0} for c in ("b", "d")]
     cases = [None, ["a"], ["b"], ["c"], ["d"], ["e"], ["a", "e"], ["a", "d"]]
-    assert [store.holds(table, c) for c in cases] == [False] * len(cases)
+    assert [store.may_hold(table, c) for c in cases] == [False] * len(cases)
     for r in rows:  # a file each: b..b and d..d
         store.overwrite(table, store.stage_small(table, pa.Table.from_pylist([r], schema=table.schema), "r"), "b",
                         f"cluster_id = '{r['cluster_id']}'")
-    assert [store.holds(table, c) for c in cases] == [True, False, True, False, True, False, False, True]
-    assert [TableStore.holds(store, table, c) for c in cases] == [True, False, True, False, True, False, False, True]
+    assert [store.may_hold(table, c) for c in cases] == [True, False, True, False, True, False, False, True]
+    assert all(TableStore.may_hold(store, table, c) for c in cases)  # a store that cannot tell: it may
+    # a table's log is read once per store; after that each answer is of the table brought up to date, whoever
+    # committed since: another store (another run), or this one
+    other = open_store(spark, str(tmp_path / "wh"))
+    other.overwrite(table, [], "c", "cluster_id = 'd'")
+    assert not store.may_hold(table, ["d"]) and store.may_hold(table, ["b"])
+    store.overwrite(table, [], "c", "cluster_id = 'b'")
+    assert not other.may_hold(table, ["b"]) and not store.may_hold(table)
+
+
+def test_a_store_reads_a_tables_log_once_a_run_and_sees_a_table_another_run_made_anew(spark: Any, tmp_path: Path
+                                                                                      ) -> None:
+    """delta-rs: within a run a table's log is read once, then brought up to date; a new run reads it again, as
+    another run may have dropped the table and created it anew (its versions begin again at 0)."""
+    import pyarrow as pa
+
+    from kraftlog.config import Config
+    from kraftlog.spark.store import open_store, writing
+    from kraftlog.state.entities import history_tables
+
+    config = Config.load(warehouse={"path": str(tmp_path / "wh")})
+    table = history_tables()["acls"]
+    ours, theirs = open_store(spark, config.warehouse), open_store(spark, config.warehouse)
+
+    def put(store: Any, cluster: str, run: str) -> None:
+        store.ensure(table)
+        row = {f.name: None for f in table.schema} | {"cluster_id": cluster, "valid_from_offset": 0}
+        store.overwrite(table, store.stage_small(table, pa.Table.from_pylist([row], schema=table.schema), run), run)
+
+    with writing(ours, config, "r1", "test"):
+        put(ours, "b", "r1")
+        assert ours.table(table) is ours.table(table) and ours.may_hold(table, ["b"])
+    with writing(theirs, config, "r2", "test"):
+        theirs.drop(table)
+        put(theirs, "d", "r2")
+    with writing(ours, config, "r3", "test"):
+        assert ours.may_hold(table, ["d"]) and not ours.may_hold(table, ["b"])

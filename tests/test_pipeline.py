@@ -27,7 +27,7 @@ def _versions(wh: Path) -> dict[str, int]:
 
 
 def test_run_builds_what_the_steps_build_and_a_second_run_changes_nothing(spark: Any, sample_events: Any,
-                                                                          tmp_path: Path) -> None:
+                                                                          tmp_path: Path, monkeypatch: Any) -> None:
     steps_wh, _ = sample_events  # ingest, reconstruct, analyze as separate commands
     wh, reports = tmp_path / "wh", tmp_path / "reports"
     out = _cli("run", str(SAMPLE), "--warehouse", str(wh), "--verify", "--report-dir", str(reports))
@@ -39,6 +39,11 @@ def test_run_builds_what_the_steps_build_and_a_second_run_changes_nothing(spark:
     assert assert_same_tables(steps_wh, str(wh), {}) > 40  # landed, histories, events, their states
 
     versions = _versions(wh)
+
+    def unread(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("analyze read its inputs with every cluster unchanged")
+
+    monkeypatch.setattr("kraftlog.spark.analyze.inputs", unread)
     again = _cli("run", str(SAMPLE), "--warehouse", str(wh))
     assert again.exit_code == 0, again.output
     assert "new rows 0," in again.output

@@ -32,7 +32,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -349,8 +349,29 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope
         df = only(df) if versions is None else versions.select(df)
         return only_topics(df, topics or {}) if kind == "partitions" else df
 
-    return Inputs({k: rows(k, v) for k, v in histories.items()}, lambda name: only(source(name)), only(ranges),
-                  since, {k: only(v) for k, v in histories.items()})
+    return Inputs(_Made(lambda k: rows(k, histories[k]), histories), lambda name: only(source(name)), only(ranges),
+                  since, _Made(lambda k: only(histories[k]), histories))
+
+
+class _Made(Mapping[str, DataFrame]):
+    """Frames by name, each made at its first use: a builder reads a few of the histories, and each filter made is
+    a round of JVM calls on the driver."""
+
+    def __init__(self, make: Callable[[str], DataFrame], names: Iterable[str]):
+        self._make, self._names, self._made = make, list(names), dict[str, DataFrame]()
+
+    def __getitem__(self, name: str) -> DataFrame:
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._made:
+            self._made[name] = self._make(name)
+        return self._made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 def event_frames(x: Inputs, names: list[str] | None = None) -> dict[str, DataFrame]:
@@ -393,6 +414,8 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
     reads has a version begun or ended since, it reads no landed table, and it reads the log's end (where
     open windows end for now) only while no window is open (``_Reader.stale``); or, for the tables that say what
     can give them rows (``CHANGED_BY``), none of that changed."""
+    if not (plan.everything or plan.clusters or plan.gone):
+        return  # every cluster unchanged: no table has rows to replace, no input is read
     every = inputs(store)
     clusters = None if plan.everything else plan.clusters
     # POINT and WINDOW read alike
@@ -435,8 +458,8 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
 
 def empty_kinds(store: TableStore, clusters: list[str] | None) -> set[str]:
     """The entity kinds whose history holds no row of ``clusters`` (None: of any cluster), as the tables' logs
-    tell (``TableStore.holds``): a cluster with no ACL, say, builds no ``acl_changes`` row."""
-    return {kind for kind, t in history_tables().items() if not store.holds(t, clusters)}
+    tell (``TableStore.may_hold``): a cluster with no ACL, say, builds no ``acl_changes`` row."""
+    return {kind for kind, t in history_tables().items() if not store.may_hold(t, clusters)}
 
 
 def _built(store: TableStore, rows: Scope) -> Callable[[str], DataFrame]:
@@ -547,7 +570,7 @@ def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: li
     t0 = time.time()
     tables = event_tables()
     state_table = analyze_state_table()
-    remade = [t.name for t in [*tables.values(), state_table] if store.ensure(t)]
+    remade = store.ensure_all([*tables.values(), state_table])
     if remade and clusters is not None:
         log.warning("%s created anew: every cluster is analysed, not only %s", ", ".join(remade), ", ".join(clusters))
         clusters = None

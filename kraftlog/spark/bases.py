@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -27,9 +27,33 @@ from pyspark.sql import functions as F
 from kraftlog.spark.predicates import Scope, of_clusters
 from kraftlog.spark.session import local_frame
 from kraftlog.state.bases import Base, SnapshotRef, choose_base, parse_snapshot_id, snapshot_reach
+from kraftlog.tables.definitions import catalog
 from kraftlog.tables.rows import CORRUPT_BATCH
 
+if TYPE_CHECKING:
+    from kraftlog.spark.store import TableStore
+
 TableSource = Callable[[str], DataFrame]  # a landed table by name (records, topic_record, ...)
+
+
+@dataclass(frozen=True)
+class LandedTables:
+    """The landed tables of a store as a ``TableSource``, which also tells, from the tables' logs, which of them
+    may hold rows of some clusters (``TableStore.may_hold``)."""
+
+    store: TableStore
+
+    def __call__(self, name: str) -> DataFrame:
+        return self.store.read(catalog()[name])
+
+    def may_hold(self, name: str, clusters: list[str]) -> bool:
+        return self.store.may_hold(catalog()[name], clusters)
+
+
+def may_hold(table: TableSource, name: str, clusters: list[str]) -> bool:
+    """Whether ``table``'s ``name`` may hold rows of ``clusters``: True unless its store's log tells it holds none
+    (a source that is not a store's cannot tell)."""
+    return not isinstance(table, LandedTables) or table.may_hold(name, clusters)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from kraftlog.analytics.events import valid_at
 from kraftlog.config import Config
 from kraftlog.errors import ClusterNotFound, NotBuilt, UsageError
 from kraftlog.points import check_in_log
-from kraftlog.spark.bases import ClusterBase, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
+from kraftlog.spark.bases import ClusterBase, LandedTables, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
 from kraftlog.spark.increments import plan_build, state_table_rows
 from kraftlog.spark.replay import output_tables, replay
 from kraftlog.spark.store import StagedFile, TableStore, new_run_id, store_for, writing
@@ -73,10 +73,9 @@ def build_histories(spark: SparkSession, store: TableStore, clusters: list[str] 
     return HistoryBuild(every, store, build_id, replay(spark, store, source, every, build_id, scratch=True))
 
 
-def landed(store: TableStore) -> TableSource:
+def landed(store: TableStore) -> LandedTables:
     """The landed tables of a store, by name."""
-    cat = catalog()
-    return lambda name: store.read(cat[name])
+    return LandedTables(store)
 
 
 @dataclass
@@ -112,7 +111,7 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
                  ) -> ReconstructResult:
     t0 = time.time()
     state_table = replay_state_table()
-    remade = [t.name for t in output_tables() if store.ensure(t)]
+    remade = store.ensure_all(output_tables())
     if not store.ensure(state_table) and remade:  # histories of another layout: nothing to go on from
         store.drop(state_table)
         store.ensure(state_table)

@@ -145,8 +145,7 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
     cat = catalog()
     result = IngestResult(run_id, store.kind)
     tag_jobs(spark, run_id)
-    for t in cat.all():
-        store.ensure(t)
+    store.ensure_all(cat.all())
     result.recovered = [m.run_id for m in store.recover()]
     result.phase("setup")
 

@@ -21,6 +21,7 @@ import heapq
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,7 +32,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.events import valid_at
-from kraftlog.spark.bases import ClusterBase, TableSource
+from kraftlog.spark.bases import ClusterBase, TableSource, may_hold
 from kraftlog.spark.predicates import Scope, of_clusters, only_topics
 from kraftlog.spark.session import default_parallelism, local_frame
 from kraftlog.spark.store import StagedFile, TableStore, open_apart, restage, staged_rows
@@ -256,6 +257,11 @@ def replay(spark: SparkSession, store: TableStore, table: TableSource, bases: li
     if not bases:
         return []
     sources = [s for s in _sources() if record_types is None or s.record_type in record_types]
+    clusters = sorted({b.source_cluster for b in bases})
+    with ThreadPoolExecutor(8) as pool:  # (round trips on an object store) a typed table of no record of these
+        # clusters is not read (a small cluster has records of a few of the 29 types)
+        sources = [s for s, held in zip(sources, pool.map(lambda s: may_hold(table, s.table, clusters), sources),
+                                        strict=True) if held]
     by_out = {b.cluster_id: b for b in bases}
     layout = Layout.of(bases, default_parallelism(spark))
     built_at = datetime.now(UTC)

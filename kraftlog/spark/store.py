@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -46,7 +47,6 @@ from kraftlog.errors import KraftlogError, UsageError
 from kraftlog.lease import Lease
 from kraftlog.points import iso_ms
 from kraftlog.spark.inputs import FileGroups, FileSpec
-from kraftlog.spark.predicates import of_clusters
 from kraftlog.spark.session import default_parallelism, is_connect
 from kraftlog.storage import Storage, is_local, join, normalize, scheme
 from kraftlog.tables.definitions import TableDef, catalog
@@ -408,6 +408,13 @@ class TableStore(ABC):
         """Create ``table`` if it does not exist; check its layout if it does (``_layout_checked``).
         True when the table was (re)created empty."""
 
+    def ensure_all(self, tables: Iterable[TableDef], jobs: int = 8) -> list[str]:
+        """``ensure`` each of ``tables``, ``jobs`` at a time (each reads a table's log: round trips on an object
+        store); the names of those (re)created empty, in order."""
+        todo = list(tables)
+        with ThreadPoolExecutor(max(1, min(jobs, len(todo)))) as pool:
+            return [t.name for t, remade in zip(todo, pool.map(self.ensure, todo), strict=True) if remade]
+
     def _layout_checked(self, table: TableDef, properties: dict[str, str], columns: list[str]) -> bool:
         """Whether an existing ``table`` must be created anew: a derived table of another layout is dropped
         (its build rebuilds it); a landed one of another layout is an ``OutdatedTable`` error, never mixed."""
@@ -431,6 +438,11 @@ class TableStore(ABC):
     def _add_columns(self, table: TableDef, added: list[pa.Field]) -> None:
         """Append the nullable columns ``added`` to ``table`` in place, and stamp its new layout."""
 
+    def forget(self) -> None:
+        """Let go of what the store keeps of its tables' logs: a run starts, other runs may have dropped and
+        created tables anew since. Here: nothing kept."""
+        return
+
     def drop(self, table: TableDef) -> None:
         """Remove a derived ``table`` (its files and log); ``ensure`` creates it anew."""
         assert table.derived, f"{table.name} holds landed rows: never dropped"
@@ -440,11 +452,10 @@ class TableStore(ABC):
     def read(self, table: TableDef) -> DataFrame:
         """``table`` as a DataFrame."""
 
-    def holds(self, table: TableDef, clusters: list[str] | None = None) -> bool:
-        """Whether ``table`` may hold rows (of ``clusters``, if given); False only where it surely holds none.
-        Here: a Spark job that reads one row."""
-        df = self.read(table)
-        return bool((df if clusters is None else df.filter(of_clusters(clusters))).limit(1).collect())
+    def may_hold(self, table: TableDef, clusters: list[str] | None = None) -> bool:
+        """Whether ``table`` may hold rows (of ``clusters``, if given), as its log alone tells (no Spark job): False
+        only where it surely holds none. Here: True (a store that cannot tell without reading rows)."""
+        return True
 
     @abstractmethod
     def overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None = None
@@ -514,29 +525,69 @@ class TableStore(ABC):
     def _committed(self, version: int | None, run_seq: int) -> bool:
         return version is not None and version >= run_seq
 
+    def _committed_to(self, table: TableDef) -> None:
+        """Called after each commit to ``table``."""
+        if self.after_commit:
+            self.after_commit(table.name)
+
 
 class DeltaRsStore(TableStore):
     """Delta tables written by executors (Parquet) and committed with delta-rs on the driver."""
 
     kind = "delta-rs"
 
+    def __init__(self, spark: SparkSession, warehouse: str, after_commit: Callable[[str], None] | None = None,
+                 storage: Storage | None = None):
+        super().__init__(spark, warehouse, after_commit, storage)
+        self._loaded: dict[str, Any] = {}  # each table's DeltaTable, loaded once (delta-rs guards it for threads)
+        self._loading = threading.Lock()
+
     def _uri(self, table: TableDef) -> str:
         return self.storage.table_uri(self.path(table))
 
-    def table(self, table: TableDef) -> Any:
-        """The ``deltalake.DeltaTable`` of ``table``."""
-        from deltalake import DeltaTable
+    def forget(self) -> None:
+        self._loaded.clear()
 
-        return DeltaTable(self._uri(table), storage_options=self.storage.delta_options())
+    def drop(self, table: TableDef) -> None:
+        self._loaded.pop(table.name, None)
+        super().drop(table)
+
+    def table(self, table: TableDef) -> Any:
+        """The ``deltalake.DeltaTable`` of ``table`` at its latest version. Its log is read once per run;
+        after that each call only brings it up to date (``update_incremental``: one listing of the log on an
+        object store, where a load reads every commit since the last checkpoint)."""
+        dt = self._load(table)
+        if dt is None:
+            from deltalake.exceptions import TableNotFoundError
+
+            raise TableNotFoundError(f"no Delta table at {self._uri(table)}")
+        return dt
+
+    def _load(self, table: TableDef) -> Any:
+        """``table``'s DeltaTable brought up to date, None where there is no table."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        with self._loading:
+            dt = self._loaded.get(table.name)
+        if dt is not None:
+            dt.update_incremental()
+            return dt
+        try:
+            dt = DeltaTable(self._uri(table), storage_options=self.storage.delta_options())
+        except TableNotFoundError:
+            return None
+        with self._loading:
+            return self._loaded.setdefault(table.name, dt)
 
     def ensure(self, table: TableDef) -> bool:
         from deltalake import DeltaTable
 
-        if DeltaTable.is_deltatable(self._uri(table), storage_options=self.storage.delta_options()):
-            dt = self.table(table)
-            if not self._layout_checked(table, dict(dt.metadata().configuration),
-                                        [f.name for f in dt.schema().fields]):
-                return False
+        dt = self._load(table)
+        if dt is not None and not self._layout_checked(table, dict(dt.metadata().configuration),
+                                                       [f.name for f in dt.schema().fields]):
+            return False
+        self._loaded.pop(table.name, None)  # dropped, or none: created now
         DeltaTable.create(self._uri(table), schema=table.schema, mode="ignore",
                           storage_options=self.storage.delta_options(),
                           partition_by=list(table.partition_by) or None, name=table.name,
@@ -554,7 +605,7 @@ class DeltaRsStore(TableStore):
     def read(self, table: TableDef) -> DataFrame:
         return self.read_parquet(self.table(table).file_uris(), spark_schema(table))
 
-    def holds(self, table: TableDef, clusters: list[str] | None = None) -> bool:
+    def may_hold(self, table: TableDef, clusters: list[str] | None = None) -> bool:
         """From the table's log alone (no Spark job): it has files and, for ``clusters``, a file whose
         ``cluster_id`` statistics (min, max) do not rule them all out."""
         files = pa.table(self.table(table).get_add_actions(flatten=True))
@@ -571,8 +622,7 @@ class DeltaRsStore(TableStore):
         if self._committed(dt.transaction_version(DELETE_APP), run_seq):
             return
         dt.delete(predicate, commit_properties=CommitProperties(app_transactions=[Transaction(DELETE_APP, run_seq)]))
-        if self.after_commit:
-            self.after_commit(table.name)
+        self._committed_to(table)
 
     def _append(self, table: TableDef, files: list[StagedFile], m: Manifest) -> None:
         from deltalake import CommitProperties, Transaction
@@ -588,8 +638,7 @@ class DeltaRsStore(TableStore):
             commit_properties=CommitProperties(app_transactions=[Transaction(APPEND_APP, m.run_seq)],
                                                custom_metadata={"kraftlog.run_id": m.run_id}))
         log.debug("committed %d file(s) to %s", len(files), table.name)
-        if self.after_commit:
-            self.after_commit(table.name)
+        self._committed_to(table)
 
 
     def overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None = None
@@ -610,8 +659,7 @@ class DeltaRsStore(TableStore):
             if actions:
                 dt.create_write_transaction(actions, mode="append", schema=table.schema,
                                             partition_by=list(table.partition_by) or None, commit_properties=meta)
-        if self.after_commit:
-            self.after_commit(table.name)
+        self._committed_to(table)
 
 
 class DeltaSparkStore(TableStore):
@@ -655,16 +703,14 @@ class DeltaSparkStore(TableStore):
             self.spark.sql(f"DELETE FROM delta.`{self.path(table)}` WHERE {predicate}")
         finally:
             self.spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
-        if self.after_commit:
-            self.after_commit(table.name)
+        self._committed_to(table)
 
     def _append(self, table: TableDef, files: list[StagedFile], m: Manifest) -> None:
         uris = [f.root.rstrip("/") + "/" + f.path for f in files]
         df = self.spark.read.schema(spark_schema(table)).parquet(*uris)
         (df.write.format("delta").mode("append").option("txnAppId", APPEND_APP).option("txnVersion", m.run_seq)
          .option("userMetadata", json.dumps({"kraftlog.run_id": m.run_id})).save(self.path(table)))
-        if self.after_commit:
-            self.after_commit(table.name)
+        self._committed_to(table)
 
 
     def overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None = None
@@ -679,8 +725,7 @@ class DeltaSparkStore(TableStore):
             writer = writer.option("replaceWhere", where)
         writer.save(self.path(table))
         self.discard_staging(build_id)
-        if self.after_commit:
-            self.after_commit(table.name)
+        self._committed_to(table)
 
 
 def _whole(name: str) -> Router:
@@ -713,10 +758,14 @@ def _open_apart(table: TableDef) -> Router:
 
 
 def _empty(spark: SparkSession, schema: Any) -> DataFrame:
-    """An empty DataFrame with no partitions (no task, no Python worker to start)."""
+    """An empty DataFrame with no partitions (no task, no Python worker to start). Classic: an empty local relation
+    made in the JVM (3 calls; ``createDataFrame`` of an empty RDD pickles a converter, about 4 times the cost, for
+    each of the many typed tables a small cluster holds no row of)."""
     if is_connect(spark):
         return spark.createDataFrame([], schema)
-    return spark.createDataFrame(spark.sparkContext.emptyRDD(), schema)
+    jspark, jvm = spark._jsparkSession, spark._jvm
+    assert jvm is not None
+    return DataFrame(jspark.createDataFrame(jvm.java.util.ArrayList(), jspark.parseDataType(schema.json())), spark)
 
 
 def read_parquet_with_pyarrow(spark: SparkSession, uris: list[str], schema: Any, storage: Storage) -> DataFrame:
@@ -835,6 +884,7 @@ def writing(store: TableStore, config: Config, run_id: str, purpose: str) -> Ite
                  wait_s=config.lease_wait_seconds)
     with held:
         store.lease = held
+        store.forget()
         try:
             yield held
         finally:
