@@ -378,9 +378,9 @@ class TableStore(ABC):
 
     def replace(self, frames: Iterable[tuple[TableDef, DataFrame | None, str | None]], build_id: str, jobs: int = 4
                 ) -> dict[str, int]:
-        """Replace rows of derived tables (histories, events) with the rows of their DataFrames; row counts by
-        table. Each frame comes with ``where``: the SQL predicate of the rows it replaces (None: all). A frame of
-        None: no rows (those rows are only removed, with no Spark job).
+        """Replace rows of derived tables (histories, events; each ``ensure``d before) with the rows of their
+        DataFrames; row counts by table. Each frame comes with ``where``: the SQL predicate of the rows it replaces
+        (None: all). A frame of None: no rows (those rows are only removed, with no Spark job).
 
         One Spark job per table computes its frame and executors write the files (``jobs`` of them at a time:
         small tables cost scheduling, not cores), each submitted as soon as ``frames`` yields it (so the driver
@@ -399,7 +399,6 @@ class TableStore(ABC):
         with ThreadPoolExecutor(max(1, jobs)) as pool:
             pending = []
             for t, df, where in frames:
-                self.ensure(t)
                 pending.append((t.name, pool.submit(land, t, df, where)))
             return {name: future.result() for name, future in pending}
 
@@ -587,7 +586,6 @@ class DeltaRsStore(TableStore):
         if dt is not None and not self._layout_checked(table, dict(dt.metadata().configuration),
                                                        [f.name for f in dt.schema().fields]):
             return False
-        self._loaded.pop(table.name, None)  # dropped, or none: created now
         DeltaTable.create(self._uri(table), schema=table.schema, mode="ignore",
                           storage_options=self.storage.delta_options(),
                           partition_by=list(table.partition_by) or None, name=table.name,
