@@ -117,6 +117,16 @@ class Storage:
         uri = normalize(uri)
         return local_path(uri) if is_local(uri) else uri
 
+    def delta_table(self, uri: str) -> Any:
+        """The ``deltalake.DeltaTable`` at ``uri`` (its log read once), None where there is no Delta table."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return DeltaTable(self.table_uri(uri), storage_options=self.delta_options())
+        except TableNotFoundError:
+            return None
+
     # -- operations ---------------------------------------------------------------------------------
     def lister(self) -> Lister:
         """List one directory: ``os.scandir`` for local paths (fast), pyarrow for the others."""

@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 import pandas as pd
-from deltalake import DeltaTable
 
 from kraftlog.storage import Storage, join, normalize
 
@@ -27,13 +26,12 @@ def warehouse_path(default: str = DEFAULT_WAREHOUSE) -> str | Path:
 def read_table(warehouse: str | Path, name: str, cluster: str | None = None,
                columns: list[str] | None = None) -> pd.DataFrame:
     """Table ``name`` of the warehouse (only ``cluster``'s rows if given) as a pandas frame."""
-    storage = Storage.from_environment()
-    uri = storage.table_uri(join(normalize(str(warehouse)), name))
-    options = storage.delta_options()
-    if not DeltaTable.is_deltatable(uri, storage_options=options):
+    uri = join(normalize(str(warehouse)), name)
+    dt = Storage.from_environment().delta_table(uri)
+    if dt is None:
         raise FileNotFoundError(f"{uri}: no Delta table (run `kraftlog ingest`, `reconstruct` and `analyze` first)")
     filters = [("cluster_id", "=", cluster)] if cluster is not None else None
-    return DeltaTable(uri, storage_options=options).to_pandas(columns=columns, filters=filters)
+    return dt.to_pandas(columns=columns, filters=filters)
 
 
 def clusters(warehouse: str | Path) -> list[str]:

@@ -134,21 +134,19 @@ def _counts(metrics: dict[str, Any]) -> dict[str, int]:
 def maintain(store: TableStore, config: Config, z_order: bool = False, vacuum: bool = True,
              retention_hours: float = DEFAULT_RETENTION_HOURS, target: int = TARGET_FILE_BYTES) -> MaintainResult:
     """Compact (clustered, or z-order) and vacuum every table of ``store``'s warehouse, under its lease."""
-    from deltalake import DeltaTable, WriterProperties
+    from deltalake import WriterProperties
 
     run_id = new_run_id()
     result = MaintainResult(run_id)
     t0 = time.time()
-    options = store.storage.delta_options()
     writer = WriterProperties(compression="ZSTD", compression_level=1)
     with writing(store, config, run_id, "maintain") as lease:
         store.recover()
         for table in all_tables():
-            uri = store.storage.table_uri(store.path(table))
-            if not DeltaTable.is_deltatable(uri, storage_options=options):
+            dt = store.storage.delta_table(store.path(table))
+            if dt is None:
                 continue
             lease.check()
-            dt = DeltaTable(uri, storage_options=options)
             columns = cluster_columns(table)
             if z_order and columns:
                 done = _counts(dt.optimize.z_order(columns, writer_properties=writer))
@@ -156,8 +154,10 @@ def maintain(store: TableStore, config: Config, z_order: bool = False, vacuum: b
                 done = compact_clustered(store, table, dt, run_id, target)
             else:
                 done = _counts(dt.optimize.compact(target_size=target, writer_properties=writer))
-            vacuumed = DeltaTable(uri, storage_options=options).vacuum(
-                retention_hours=int(retention_hours), dry_run=False, enforce_retention_duration=False) if vacuum else []
+            if vacuum:
+                dt.update_incremental()  # the compaction's commit
+            vacuumed = dt.vacuum(retention_hours=int(retention_hours), dry_run=False,
+                                 enforce_retention_duration=False) if vacuum else []
             result.tables[table.name] = {**done, "vacuumed": len(vacuumed)}
             log.info("%s: %s", table.name, result.tables[table.name])
     result.seconds = time.time() - t0

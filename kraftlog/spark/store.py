@@ -564,17 +564,13 @@ class DeltaRsStore(TableStore):
 
     def _load(self, table: TableDef) -> Any:
         """``table``'s DeltaTable brought up to date, None where there is no table."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
         with self._loading:
             dt = self._loaded.get(table.name)
         if dt is not None:
             dt.update_incremental()
             return dt
-        try:
-            dt = DeltaTable(self._uri(table), storage_options=self.storage.delta_options())
-        except TableNotFoundError:
+        dt = self.storage.delta_table(self.path(table))
+        if dt is None:
             return None
         with self._loading:
             return self._loaded.setdefault(table.name, dt)
