@@ -45,6 +45,12 @@ def land_and_build(spark: Any, inputs: Path, wh: Path, full: bool = False) -> Re
     return land_build_analyze(spark, inputs, wh, full)[0]
 
 
+def land_and_replay(spark: Any, inputs: Path, config: Config) -> ReconstructResult:
+    """Ingest and reconstruct only (no analysis): what ``verify`` reads."""
+    ingest(spark, [str(inputs)], config)
+    return reconstruct(spark, config)
+
+
 def land_build_analyze(spark: Any, inputs: Path, wh: Path, full: bool = False, check_bases: bool = False
                        ) -> tuple[ReconstructResult, AnalyzeResult]:
     config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
@@ -82,6 +88,45 @@ def assert_same_as_a_full_build(spark: Any, inputs: Path, wh: Path, scratch: Pat
     for name in BUILT:
         assert table_rows(str(wh / name)) == table_rows(str(fresh / name)), name
     assert under_min_isr_rows(fresh) == evaluated(fresh)  # evaluated point by point
+
+
+class FromScratch:
+    """Each step of a test (its warehouse ``wh`` built from ``inputs``), checked against builds from scratch made
+    together at the end: each step's inputs as clusters of their own (``<cluster>-s<step>``), one full build of
+    them all (as a fleet's), and each step's tables against the rows of its clusters (a cluster's rows do not
+    depend on the others'). One build instead of one per step."""
+
+    def __init__(self, scratch: Path) -> None:
+        self.inputs, self.wh = scratch / "fresh-in", scratch / "fresh-wh"
+        self.steps: list[tuple[dict[str, str], dict[str, list[str]]]] = []
+
+    def step(self, inputs: Path, wh: Path) -> None:
+        k = len(self.steps)
+        named: dict[str, str] = {}  # the step's cluster ids: as copied, as they were
+        for props in sorted(inputs.rglob("meta.properties")):
+            text = props.read_text()
+            cluster = next(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("cluster.id="))
+            named[f"{cluster}-s{k}"] = cluster
+            dest = self.inputs / f"s{k}" / props.parent.relative_to(inputs)
+            shutil.copytree(props.parent, dest)
+            (dest / "meta.properties").write_text(text.replace(f"cluster.id={cluster}\n",
+                                                               f"cluster.id={cluster}-s{k}\n"))
+        self.steps.append((named, {name: table_rows(str(wh / name)) for name in BUILT}))
+
+    def check(self, spark: Any) -> None:
+        import pyarrow as pa
+
+        shutil.rmtree(self.wh, ignore_errors=True)
+        land_and_build(spark, self.inputs, self.wh, full=True)
+        tables = {name: DeltaTable(str(self.wh / name)).to_pyarrow_table() for name in BUILT}
+        for k, (named, rows) in enumerate(self.steps):
+            for name, t in tables.items():
+                mine = t.filter(pa.array([c in named for c in t["cluster_id"].to_pylist()], pa.bool_()))
+                at = mine.schema.get_field_index("cluster_id")
+                mine = mine.set_column(at, mine.schema.field(at), pa.array(
+                    [named[c] for c in mine["cluster_id"].to_pylist()], mine.schema.field(at).type))
+                assert arrow_rows(mine) == rows[name], (k, name)
+        assert under_min_isr_rows(self.wh) == evaluated(self.wh)  # evaluated point by point
 
 
 @pytest.fixture(scope="module")
@@ -181,10 +226,10 @@ def test_verify_checks_each_snapshot_once_per_lineage(spark: Any, tmp_path: Path
     def checked(report: Any) -> list[str]:
         return [c.snapshot_id for _, checks in report for c in checks if c.reachable]
 
-    land_and_build(spark, copy_upto(SAMPLE, inputs, 1200), wh)
+    land_and_replay(spark, copy_upto(SAMPLE, inputs, 1200), config)
     before = checked(verify.verify_tables(spark, config))
     assert len(replayed[-1]) == len(before) > 10
-    land_and_build(spark, copy_upto(SAMPLE, inputs, 1 << 40), wh)
+    land_and_replay(spark, copy_upto(SAMPLE, inputs, 1 << 40), config)
     hour = verify.verify_tables(spark, config)
     new = sorted(set(checked(hour)) - set(before))
     assert new and replayed[-1] == sorted(f"{CLUSTER}@{s}" for s in new)  # only the snapshots new since
@@ -269,6 +314,7 @@ def test_going_on_replays_and_analyses_only_the_partitions_named_since(spark: An
     inputs, wh = tmp_path / "in", tmp_path / "wh"
     config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
     land_build_analyze(spark, copy_upto(source, inputs, 9), wh)
+    scratch = FromScratch(tmp_path)
     partitions = wh / history_tables()["partitions"].name
     # the end; the partitions and topics replayed and the partition rows written (closed and open versions of
     # those); the partitions the events read (t0-0's window is open from 9 on)
@@ -299,7 +345,8 @@ def test_going_on_replays_and_analyses_only_the_partitions_named_since(spark: An
         analyze(spark, config)
         if end != 1 << 40:  # no topic changed nor partition born before 14: topic_lifecycle is not rewritten
             assert (DeltaTable(str(wh / "topic_lifecycle")).version() != lifecycle) == (end == 14), end
-        assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+        scratch.step(inputs, wh)
+    scratch.check(spark)
 
 
 def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluster_tables(spark: Any,
@@ -323,7 +370,8 @@ def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluste
     moved = {name for name in event_tables() if DeltaTable(str(wh / name)).version() != versions[name]}
     assert "under_replicated" in moved and "log_health" in moved  # the open window's length; the log's volume
     assert not moved & {"leader_elections", "isr_changes", "config_changes", "broker_lifecycle", "snapshots"}
-    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+    scratch = FromScratch(tmp_path)
+    scratch.step(inputs, wh)
     # the node writes a snapshot (state as of offset 3): the snapshots table is rebuilt for it, as from scratch
     write_snapshot(next(inputs.rglob("__cluster_metadata-0")), 4, 4,
                    [log[0], ("meta", "PARTITION_RECORD", 0, {**partition, "leader": 2})])
@@ -331,7 +379,8 @@ def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluste
     _, events = land_build_analyze(spark, inputs, wh)
     assert len(events.plan.going_on) == 1 and events.rows["snapshots"] == 1, events.line()
     assert DeltaTable(str(wh / "snapshots")).version() != version
-    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+    scratch.step(inputs, wh)
+    scratch.check(spark)
 
 
 def test_topic_lifecycle_goes_on_from_the_cut_and_still_sees_names_and_partitions_from_before(

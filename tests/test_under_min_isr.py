@@ -72,9 +72,9 @@ def _frame(spark: Any, kind: str, rows: list[Row]) -> Any:
     return spark.createDataFrame([{f.name: r.get(f.name) for f in table.schema} for r in rows], spark_schema(table))
 
 
-@settings(max_examples=examples(15), deadline=None,
+@settings(max_examples=examples(9), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(drawn=st.lists(st.integers(), min_size=12, max_size=12).flatmap(
+@given(drawn=st.lists(st.integers(), min_size=20, max_size=20).flatmap(  # many clusters an example: one job
     lambda xs: st.tuples(*[cluster(f"c{i}") for i in range(len(xs))])))
 def test_under_min_isr_equals_its_point_by_point_evaluation(spark: Any, drawn: tuple[Any, ...]) -> None:
     partitions = [r for p, _ in drawn for r in p]
