@@ -174,10 +174,7 @@ class Storage:
             os.replace(_write_aside(path, data), path)
             return
         filesystem, path = self.filesystem(uri)
-        parent = path.rsplit("/", 1)[0]
-        if parent:
-            filesystem.create_dir(parent, recursive=True)
-        with filesystem.open_output_stream(path) as out:
+        with open_output(filesystem, path) as out:
             out.write(data)
 
     def create(self, uri: str, data: bytes) -> bool:
@@ -234,6 +231,19 @@ class Storage:
         return bool(filesystem.get_file_info(path).type == pafs.FileType.Directory)
 
 
+# pyarrow's file systems whose "folders" are only key prefixes: nothing to create before writing a key
+OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
+
+
+def open_output(filesystem: pafs.FileSystem, path: str) -> Any:
+    """A new output stream for ``path``, its parent folders made first where the file system has folders (on an
+    object store a key needs none, and making one is a bucket check and a marker object more per file)."""
+    parent = path.rsplit("/", 1)[0]
+    if parent and filesystem.type_name not in OBJECT_STORES:
+        filesystem.create_dir(parent, recursive=True)
+    return filesystem.open_output_stream(path)
+
+
 def _write_aside(path: str, data: bytes) -> str:
     """``data`` written to a temporary file beside ``path`` (its folder created); returns the temporary path."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -252,9 +262,10 @@ _S3_CONFIG = {"AWS_ACCESS_KEY_ID": "aws_access_key_id", "AWS_SECRET_ACCESS_KEY":
 
 @functools.lru_cache(maxsize=8)
 def _s3(options: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
-    """One pyarrow S3 file system per set of options (pyarrow does not read AWS_ENDPOINT_URL itself)."""
+    """One pyarrow S3 file system per set of options (pyarrow does not read AWS_ENDPOINT_URL itself). Its output
+    streams open lazily, so a file smaller than a part is one PUT, not a multipart upload's three requests."""
     o = dict(options)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"allow_delayed_open": True}
     endpoint = Storage(o).endpoint
     if endpoint:
         kwargs["endpoint_override"] = endpoint

@@ -58,6 +58,14 @@ def moto_s3(log_dir: Path) -> Iterator[dict[str, str]]:
         log.close()
 
 
+def s3_requests(log: Path) -> list[tuple[str, str]]:
+    """The (method, path and query) of each request moto's server logged so far."""
+    import re
+
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))  # werkzeug colours some lines
+    return re.findall(r'"([A-Z]+) (\S+) HTTP/', plain)
+
+
 @contextmanager
 def environment(values: dict[str, str]) -> Iterator[None]:
     """``os.environ`` with ``values`` set, restored afterwards."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,9 @@ def test_maintain_compacts_and_vacuums_without_changing_a_row(spark: Any, sample
         assert on_disk == {Path(u).name for u in dt.file_uris()}, n  # vacuumed: only referenced files remain
     assert len(DeltaTable(str(wh / "records")).file_uris()) == 1
     assert open_apart(wh) == ([], {"history", "event"})  # ... and compacted
+    for n in names:  # the next run reads each table's log from a checkpoint of its latest version, and no commit
+        dt = DeltaTable(str(wh / n))
+        assert json.loads((wh / n / "_delta_log" / "_last_checkpoint").read_text())["version"] == dt.version(), n
 
     _cli("maintain", "--warehouse", str(wh), "--z-order", "--retention-hours", "0")
     for n in names:
@@ -133,3 +137,25 @@ def test_compaction_keeps_a_fleets_tables_clustered_by_cluster_and_time(spark: A
     assert 0 < sum(f.row_groups[0].num_rows for f in wanted) < rows.num_rows
     assert "files compacted 0 -> 0" in _cli("maintain", "--warehouse", str(wh), "--no-vacuum")  # nothing new
     assert "new rows 0" in _cli("ingest", str(SAMPLE), "--warehouse", str(wh))
+
+
+def test_a_tables_log_checkpoints_itself_every_ten_commits(spark: Any, tmp_path: Path) -> None:
+    """A reader opens a table from its last checkpoint and the commits since: kraftlog's tables checkpoint every 10
+    commits (Delta Lake's default; delta-rs's is 100), so an hourly run reads a few log objects per table, not 100."""
+    from deltalake import DeltaTable
+
+    from kraftlog.spark.store import open_store
+    from kraftlog.state.entities import history_tables
+
+    store = open_store(spark, str(tmp_path / "wh"))
+    table = history_tables()["acls"]
+    store.ensure(table)
+    row = pa.Table.from_pylist([{f.name: None for f in table.schema} | {"cluster_id": "a", "valid_from_offset": 0}],
+                               schema=table.schema)
+    for k in range(12):
+        store.overwrite(table, store.stage_small(table, row, f"r{k}"), f"b{k}")
+    dt = DeltaTable(str(tmp_path / "wh" / "acls_history"))
+    assert dt.metadata().configuration["delta.checkpointInterval"] == "10" and dt.version() == 12
+    assert sorted(p.name for p in (tmp_path / "wh" / "acls_history" / "_delta_log").glob("*.checkpoint.parquet")) == [
+        f"{9:020d}.checkpoint.parquet"]
+    assert dt.to_pyarrow_table().num_rows == 1

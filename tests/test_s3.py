@@ -7,18 +7,24 @@ no jar: executors read and write through pyarrow, the driver commits with delta-
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from conftest import SAMPLE
-from services import assert_same_tables, create_bucket, environment, moto_s3, upload
+from services import assert_same_tables, create_bucket, environment, moto_s3, s3_requests, upload
 
 pytestmark = pytest.mark.spark
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    with moto_s3(tmp_path_factory.mktemp("moto")) as env, environment(env):
+def moto_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("moto")
+
+
+@pytest.fixture(scope="module")
+def s3(moto_dir: Path) -> Iterator[dict[str, str]]:
+    with moto_s3(moto_dir) as env, environment(env):
         create_bucket(env, "kraftlog")
         yield env
 
@@ -31,7 +37,8 @@ def run(*args: str) -> Any:
     return out
 
 
-def test_the_pipeline_on_s3_equals_the_local_run(spark: Any, sample_events: Any, s3: dict[str, str]) -> None:
+def test_the_pipeline_on_s3_equals_the_local_run(spark: Any, sample_events: Any, s3: dict[str, str],
+                                                 moto_dir: Path) -> None:
     from kraftlog.storage import Storage
 
     local_wh, _ = sample_events
@@ -45,6 +52,13 @@ def test_the_pipeline_on_s3_equals_the_local_run(spark: Any, sample_events: Any,
     run("analyze", "--warehouse", wh)
     report = run("report", "--warehouse", wh, "--out", "s3://kraftlog/reports/scenario-a.html")
     assert "s3://kraftlog/reports/scenario-a.html" in report.output
+    # every object kraftlog wrote (archive copies, staged Parquet, manifests, leases, the report) is one PUT: no
+    # multipart upload's three requests for a small file, no folder marker (and its bucket check) before it. (pyarrow
+    # leaves a marker of the folder of a key it deletes: only kraftlog's scratch folders, once a run.)
+    sent = s3_requests(moto_dir / "moto.log")
+    assert sum(m == "PUT" for m, _ in sent) > 300 and not any("?uploads" in p for _, p in sent)
+    folders = {p for m, p in sent if m == "PUT" and p.endswith("/")}
+    assert folders <= {"/kraftlog/warehouse/_kraftlog/pending/", "/kraftlog/warehouse/_kraftlog/staging/"}, folders
 
     storage = Storage.from_environment(environ=s3)
     page = storage.read_bytes("s3://kraftlog/reports/scenario-a.html").decode()

@@ -13,7 +13,8 @@ Only files under the target are rewritten, so a run's work follows what landed s
 next build rewrites (``TableDef.open_column``) are never packed with closed rows' files. Compaction and
 z-ordering rewrite files without changing a row (``dataChange: false``); the application transactions that make
 ingest idempotent are kept. Vacuum removes files unreferenced for longer than the retention (Delta's default:
-7 days, which keeps time travel and readers of older versions working).
+7 days, which keeps time travel and readers of older versions working). Each table's log then gets a checkpoint at
+its latest version (the next run reads it and no commit), and log entries past Delta's log retention are dropped.
 """
 
 from __future__ import annotations
@@ -131,6 +132,17 @@ def _counts(metrics: dict[str, Any]) -> dict[str, int]:
     return {"removed": int(metrics.get("numFilesRemoved", 0)), "added": int(metrics.get("numFilesAdded", 0))}
 
 
+def checkpoint(dt: Any, table: TableDef) -> None:
+    """A checkpoint of ``dt``'s log at its latest version, the log entries past their retention dropped; a table
+    made before kraftlog set ``delta.checkpointInterval`` is given it (its commits checkpoint themselves after)."""
+    wanted = {k: v for k, v in table.table_properties().items() if k.startswith("delta.")}
+    if any(dt.metadata().configuration.get(k) != v for k, v in wanted.items()):
+        dt.alter.set_table_properties(wanted, raise_if_not_exists=False)
+    dt.update_incremental()
+    dt.create_checkpoint()
+    dt.cleanup_metadata()
+
+
 def maintain(store: TableStore, config: Config, z_order: bool = False, vacuum: bool = True,
              retention_hours: float = DEFAULT_RETENTION_HOURS, target: int = TARGET_FILE_BYTES) -> MaintainResult:
     """Compact (clustered, or z-order) and vacuum every table of ``store``'s warehouse, under its lease."""
@@ -158,6 +170,7 @@ def maintain(store: TableStore, config: Config, z_order: bool = False, vacuum: b
                 dt.update_incremental()  # the compaction's commit
             vacuumed = dt.vacuum(retention_hours=int(retention_hours), dry_run=False,
                                  enforce_retention_duration=False) if vacuum else []
+            checkpoint(dt, table)
             result.tables[table.name] = {**done, "vacuumed": len(vacuumed)}
             log.info("%s: %s", table.name, result.tables[table.name])
     result.seconds = time.time() - t0

@@ -48,7 +48,7 @@ from kraftlog.lease import Lease
 from kraftlog.points import iso_ms
 from kraftlog.spark.inputs import FileGroups, FileSpec
 from kraftlog.spark.session import default_parallelism, is_connect
-from kraftlog.storage import Storage, is_local, join, normalize, scheme
+from kraftlog.storage import Storage, is_local, join, normalize, open_output, scheme
 from kraftlog.tables.definitions import TableDef, catalog
 
 log = logging.getLogger("kraftlog")
@@ -176,11 +176,10 @@ def write_parquet(table: str, root: str, data: pa.Table, storage: Storage, prefi
     filesystem, base = storage.filesystem(root)
     rel = f"{prefix}part-{uuid.uuid4()}.zstd.parquet"
     full = base.rstrip("/") + "/" + rel
-    filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
-    with filesystem.open_output_stream(full) as out:
+    with open_output(filesystem, full) as out:
         pq.write_table(data, out, **_parquet_options(data.schema))
-    size = filesystem.get_file_info(full).size
-    return StagedFile(table, root, rel, int(size or 0), int(time.time() * 1000), data.num_rows, _stats(data))
+        size = out.tell()
+    return StagedFile(table, root, rel, size, int(time.time() * 1000), data.num_rows, _stats(data))
 
 
 def staged_rows(files: list[StagedFile], storage: Storage) -> pa.Table:
@@ -214,8 +213,7 @@ class StreamingWriter:
         self.fs, base = storage.filesystem(root)
         self.rel = f"{prefix}part-{uuid.uuid4()}.zstd.parquet"
         self.full = base.rstrip("/") + "/" + self.rel
-        self.fs.create_dir(self.full.rsplit("/", 1)[0], recursive=True)
-        self.stream = self.fs.open_output_stream(self.full)
+        self.stream = open_output(self.fs, self.full)
         self.writer = pq.ParquetWriter(self.stream, schema, **_parquet_options(schema))
         self.rows = 0
         self.stats: list[str] = []
@@ -235,9 +233,9 @@ class StreamingWriter:
     def close(self) -> StagedFile:
         self._write()
         self.writer.close()
+        size = self.stream.tell()
         self.stream.close()
-        size = self.fs.get_file_info(self.full).size
-        return StagedFile(self.table, self.root, self.rel, int(size or 0), int(time.time() * 1000), self.rows,
+        return StagedFile(self.table, self.root, self.rel, size, int(time.time() * 1000), self.rows,
                           _merge_stats(self.stats))
 
 
@@ -466,14 +464,9 @@ class TableStore(ABC):
         return self.base.rstrip("/") + "/_kraftlog/pending"
 
     def _write_manifest(self, m: Manifest) -> str:
-        d = self._pending_dir()
-        self.fs.create_dir(d, recursive=True)
-        path = f"{d}/{m.run_seq:020d}-{m.run_id}.json"
-        tmp = path + ".tmp"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(m.to_json().encode())
-        self.fs.move(tmp, path)
-        return path
+        name = f"{m.run_seq:020d}-{m.run_id}.json"
+        self.storage.write_bytes(join(self.warehouse, "_kraftlog", "pending", name), m.to_json().encode())  # whole
+        return f"{self._pending_dir()}/{name}"
 
     def commit(self, manifest: Manifest) -> None:
         """Write the manifest, then commit each table (idempotent), then drop the manifest."""

@@ -18,6 +18,10 @@ from kraftlog.schema.model import FieldSpec, MessageSpec, column_name
 from kraftlog.schema.registry import SchemaSet, load_schemas
 
 TS = pa.timestamp("us", tz="UTC")
+# commits between two checkpoints of a table's log (Delta Lake's own default; delta-rs's is 100): a reader opens a
+# table from its last checkpoint and the commits since, so an hourly run reads at most this many small objects of
+# each table's log, not a hundred
+CHECKPOINT_INTERVAL = 10
 
 # Kafka's primitive types as Arrow types (Delta and Spark have no unsigned integers: widen them).
 _ARROW = {
@@ -89,7 +93,7 @@ class TableDef:
     def table_properties(self) -> dict[str, str]:
         """Delta table properties (``kraftlog.*`` keys describe the table)."""
         props = {"kraftlog.table": self.name, "kraftlog.key": ",".join(self.key), "kraftlog.kind": self.kind,
-                 "kraftlog.schema": self.fingerprint}
+                 "kraftlog.schema": self.fingerprint, "delta.checkpointInterval": str(CHECKPOINT_INTERVAL)}
         props.update(self.properties)
         return props
 
