@@ -188,6 +188,5 @@ class Lease:
     def _prune(self, generation: int) -> None:
         for g in self.generations():
             if g <= generation - KEEP_GENERATIONS:
-                filesystem, path = self.storage.filesystem(join(self.dir, self._name(g)))
                 with contextlib.suppress(OSError):
-                    filesystem.delete_file(path)
+                    self.storage.delete(join(self.dir, self._name(g)))

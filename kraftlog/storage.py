@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 import re
+import shutil
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -158,6 +159,16 @@ class Storage:
                     return fh.read()
                 fh.seek(start)
                 return fh.read(max(0, size - start))
+        if scheme(uri) in OBJECT_SCHEMES and (size is None or 0 < size - start <= SINGLE_GET_BYTES):
+            import obstore
+            from obstore.exceptions import BaseError
+
+            store, key = self._object_store(uri)
+            try:  # one GET: pyarrow's readers ask the object's size first (a HEAD) for every file; (the bytes are
+                # copied out of obstore's buffer once: a bigger range is read by pyarrow, into its bytes directly)
+                return bytes(obstore.get(store, key, options={} if size is None else {"range": (start, size)}).bytes())
+            except BaseError:  # (a missing object is a FileNotFoundError, raised as it is)
+                pass  # a range past the end of an object cut since it was listed, ...: read as pyarrow reads it
         filesystem, path = self.filesystem(uri)
         if size is None:
             with filesystem.open_input_stream(path) as fh:
@@ -177,6 +188,37 @@ class Storage:
         with open_output(filesystem, path) as out:
             out.write(data)
 
+    def delete(self, uri: str) -> None:
+        """Remove the file ``uri`` (on an object store one DELETE: pyarrow's makes a marker of its folder after)."""
+        uri = normalize(uri)
+        if is_local(uri):
+            os.remove(local_path(uri))
+        elif scheme(uri) in OBJECT_SCHEMES:
+            import obstore
+
+            obstore.delete(*self._object_store(uri))
+        else:
+            filesystem, path = self.filesystem(uri)
+            filesystem.delete_file(path)
+
+    def delete_tree(self, uri: str) -> None:
+        """Remove the folder ``uri`` and all under it, if it is there (on an object store: the keys under it)."""
+        uri = normalize(uri)
+        if is_local(uri):
+            if os.path.exists(local_path(uri)):
+                shutil.rmtree(local_path(uri))
+        elif scheme(uri) in OBJECT_SCHEMES:
+            import obstore
+
+            store, key = self._object_store(uri)
+            keys = [meta["path"] for chunk in obstore.list(store, prefix=key.rstrip("/") + "/") for meta in chunk]
+            if keys:
+                obstore.delete(store, keys)
+        else:
+            filesystem, path = self.filesystem(uri)
+            if filesystem.get_file_info(path).type != pafs.FileType.NotFound:
+                filesystem.delete_dir(path)
+
     def create(self, uri: str, data: bytes) -> bool:
         """Create ``uri`` with ``data`` only if nothing is there; False when it already exists. Atomic on a
         local disk (written aside, then hard-linked in), S3 (``If-None-Match: *``), GCS and Azure (obstore)."""
@@ -191,7 +233,7 @@ class Storage:
             finally:
                 os.unlink(tmp)
             return True
-        if scheme(uri) in ("s3", "gs", "az", "abfs", "abfss"):
+        if scheme(uri) in OBJECT_SCHEMES:
             import obstore
             from obstore.exceptions import AlreadyExistsError
 
@@ -210,17 +252,14 @@ class Storage:
         return True
 
     def _object_store(self, uri: str) -> tuple[Any, str]:
-        """An obstore store for the bucket or container of ``uri``, and the key inside it."""
-        from obstore.store import from_url
-
+        """An obstore store for the bucket or container of ``uri`` (one per bucket and options: its connections
+        are kept), and the key inside it."""
         bucket_end = uri.index("/", uri.index("://") + 3) if uri.count("/") > 2 else len(uri)
         root, key = uri[:bucket_end], uri[bucket_end:].lstrip("/")
         if scheme(uri) != "s3":
-            return from_url(root), key
-        config: Any = {_S3_CONFIG[k]: v for k, v in self.options.items() if k in _S3_CONFIG}
-        config["aws_conditional_put"] = "etag"  # If-None-Match on PUT: S3 (since 2024), MinIO, R2, moto
-        options: Any = {"allow_http": self.endpoint.startswith("http://")}
-        return from_url(root, config=config, client_options=options), key
+            return _obstore(root, (), False), key
+        config = tuple(sorted((_S3_CONFIG[k], v) for k, v in self.options.items() if k in _S3_CONFIG))
+        return _obstore(root, config, self.endpoint.startswith("http://")), key
 
     def exists(self, uri: str) -> bool:
         filesystem, path = self.filesystem(uri)
@@ -233,6 +272,9 @@ class Storage:
 
 # pyarrow's file systems whose "folders" are only key prefixes: nothing to create before writing a key
 OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
+# the URI schemes of object stores, reached through obstore where one request does what pyarrow does in two
+OBJECT_SCHEMES = frozenset({"s3", "gs", "az", "abfs", "abfss"})
+SINGLE_GET_BYTES = 64 << 20
 
 
 def open_output(filesystem: pafs.FileSystem, path: str) -> Any:
@@ -258,6 +300,19 @@ _S3_CONFIG = {"AWS_ACCESS_KEY_ID": "aws_access_key_id", "AWS_SECRET_ACCESS_KEY":
               "AWS_SESSION_TOKEN": "aws_session_token", "AWS_REGION": "aws_region",
               "AWS_DEFAULT_REGION": "aws_default_region", "AWS_ENDPOINT_URL": "aws_endpoint",
               "AWS_ENDPOINT_URL_S3": "aws_endpoint"}
+
+
+@functools.lru_cache(maxsize=8)
+def _obstore(root: str, s3_config: tuple[tuple[str, str], ...], allow_http: bool) -> Any:
+    """An obstore store for ``root`` (``s3://bucket``, ``gs://bucket``, ...); S3 with ``s3_config``."""
+    from obstore.store import from_url
+
+    if not root.startswith("s3://"):
+        return from_url(root)
+    config: Any = dict(s3_config)
+    config["aws_conditional_put"] = "etag"  # If-None-Match on PUT: S3 (since 2024), MinIO, R2, moto
+    options: Any = {"allow_http": allow_http}
+    return from_url(root, config=config, client_options=options)
 
 
 @functools.lru_cache(maxsize=8)

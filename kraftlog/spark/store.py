@@ -198,8 +198,7 @@ def restage(files: list[StagedFile], data: pa.Table, storage: Storage) -> Staged
     prefix = first.path.rsplit("/", 1)[0] + "/" if "/" in first.path else ""
     out = write_parquet(first.table, first.root, data, storage, prefix)
     for f in files:
-        filesystem, path = storage.filesystem(join(f.root, f.path))
-        filesystem.delete_file(path)
+        storage.delete(join(f.root, f.path))
     return out
 
 
@@ -300,7 +299,6 @@ class TableStore(ABC):
         self.storage = storage if storage is not None else Storage.from_environment()
         self.warehouse = normalize(warehouse)
         self.after_commit = after_commit  # called with the table name after each commit (tests use it)
-        self.fs, self.base = self.storage.filesystem(self.warehouse)
         self.lease: Lease | None = None  # held by the run writing this warehouse; checked before each commit
 
     def path(self, table: TableDef) -> str:
@@ -443,7 +441,7 @@ class TableStore(ABC):
     def drop(self, table: TableDef) -> None:
         """Remove a derived ``table`` (its files and log); ``ensure`` creates it anew."""
         assert table.derived, f"{table.name} holds landed rows: never dropped"
-        self.fs.delete_dir(self.base.rstrip("/") + "/" + table.name)
+        self.storage.delete_tree(self.path(table))
 
     @abstractmethod
     def read(self, table: TableDef) -> DataFrame:
@@ -460,38 +458,37 @@ class TableStore(ABC):
         """Replace the rows of ``table`` (those matching ``where``, else all) with staged ``files``."""
 
     # -- manifests ------------------------------------------------------------------------------------
-    def _pending_dir(self) -> str:
-        return self.base.rstrip("/") + "/_kraftlog/pending"
+    def _pending(self, name: str | None = None) -> str:
+        """The folder of the manifests of runs committing, or the manifest ``name`` in it."""
+        folder = join(self.warehouse, "_kraftlog", "pending")
+        return folder if name is None else join(folder, name)
 
     def _write_manifest(self, m: Manifest) -> str:
-        name = f"{m.run_seq:020d}-{m.run_id}.json"
-        self.storage.write_bytes(join(self.warehouse, "_kraftlog", "pending", name), m.to_json().encode())  # whole
-        return f"{self._pending_dir()}/{name}"
+        uri = self._pending(f"{m.run_seq:020d}-{m.run_id}.json")
+        self.storage.write_bytes(uri, m.to_json().encode())  # whole or not at all
+        return uri
 
     def commit(self, manifest: Manifest) -> None:
         """Write the manifest, then commit each table (idempotent), then drop the manifest."""
         self._guard()
-        path = self._write_manifest(manifest)
+        uri = self._write_manifest(manifest)
         self._apply(manifest)
-        self.fs.delete_file(path)
+        self.storage.delete(uri)
 
     def discard_staging(self, run_id: str) -> None:
         """Remove a run's scratch files (the index of competing files, delta-spark's staged files)."""
-        d = self.base.rstrip("/") + f"/_kraftlog/staging/{run_id}"
-        if self.fs.get_file_info(d).type != pafs.FileType.NotFound:
-            self.fs.delete_dir(d)
+        self.storage.delete_tree(join(self.warehouse, "_kraftlog", "staging", run_id))
 
     def recover(self) -> list[Manifest]:
         """Roll forward the runs that were killed after writing their manifest."""
-        d = self._pending_dir()
-        infos = self.fs.get_file_info(pafs.FileSelector(d, allow_not_found=True))
+        filesystem, d = self.storage.filesystem(self._pending())
+        infos = filesystem.get_file_info(pafs.FileSelector(d, allow_not_found=True))
         done = []
-        for info in sorted((i for i in infos if i.path.endswith(".json")), key=lambda i: i.path):
-            with self.fs.open_input_stream(info.path) as fh:
-                m = Manifest.from_json(fh.read().decode())
+        for name in sorted(i.base_name for i in infos if i.base_name.endswith(".json")):
+            m = Manifest.from_json(self.storage.read_bytes(self._pending(name)).decode())
             log.warning("rolling forward run %s (killed after staging its files)", m.run_id)
             self._apply(m)
-            self.fs.delete_file(info.path)
+            self.storage.delete(self._pending(name))
             self.discard_staging(m.run_id)
             done.append(m)
         return done
