@@ -394,10 +394,17 @@ def test_a_ledger_of_an_earlier_kraftlog_gains_the_tail_columns_in_place(spark: 
     assert all(r["content_sha256"] == hashlib.sha256(Path(r["path"].removeprefix("file:")).read_bytes()).hexdigest()
                for r in new)  # read whole
     # executors reading the Parquet files themselves (object stores with no Hadoop connector) see the same
+    # (handed each file's size from the Delta log, which the store lists with each active file's URI)
     from kraftlog.spark.store import read_parquet_with_pyarrow
+    from kraftlog.storage import normalize
 
-    read = read_parquet_with_pyarrow(spark, DeltaTable(str(wh / "files")).file_uris(), spark_schema(files),
-                                     Config.load().storage)
+    store = DeltaRsStore(spark, str(wh))
+    for name in ("files", "records"):  # (records: in partition folders)
+        specs = store.files(catalog()[name])
+        assert sorted(normalize(s.path) for s in specs) == sorted(
+            normalize(u) for u in DeltaTable(str(wh / name)).file_uris())
+        assert all(s.size == Path(s.path.removeprefix("file:")).stat().st_size for s in specs)
+    read = read_parquet_with_pyarrow(spark, store.files(files), spark_schema(files), Config.load().storage)
     def pairs(rows: Any) -> list[tuple[str, int]]:
         return sorted((run, -1 if tail is None else tail) for run, tail in rows)
 

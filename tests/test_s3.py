@@ -71,6 +71,8 @@ def test_the_pipeline_on_s3_equals_the_local_run(spark: Any, sample_events: Any,
     sent = s3_requests(moto_dir / "moto.log")
     assert sum(m == "PUT" for m, _ in sent) > 300 and not any("?uploads" in p for _, p in sent)
     assert [p for m, p in sent if m == "PUT" and p.endswith("/")] == []
+    # nor is a Parquet file (a table's, a run's staging) asked its size before it is read: its size is known
+    assert [p for m, p in sent if m == "HEAD" and p.endswith(".parquet")] == []
 
     storage = Storage.from_environment(environ=s3)
     page = storage.read_bytes("s3://kraftlog/reports/scenario-a.html").decode()
@@ -109,3 +111,30 @@ def test_a_read_is_one_get_and_a_delete_one_request(s3: dict[str, str], moto_dir
     sent = settled(lambda: s3_requests(moto_dir / "moto.log")[before:])
     assert [m for m, _ in sent] == ["POST", "GET", "POST"], sent  # (obstore deletes with S3's DeleteObjects)
     assert not storage.exists("s3://kraftlog/reads/a/b/x.json") and not storage.exists(uri)
+
+
+def test_executors_read_parquet_with_no_request_for_its_size(spark: Any, s3: dict[str, str], moto_dir: Path) -> None:
+    """Where Spark has no connector for the store, executors read the Parquet files of a table (or of a run's
+    staging) with pyarrow, handed each file's size (from the Delta log, a listing or the file's staging): a file
+    is read by GETs alone, with no HEAD first: a small one in one GET, as the driver reads a small staged file."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from kraftlog.spark.store import read_parquet_with_pyarrow, staged_rows, write_parquet
+    from kraftlog.storage import Storage
+
+    storage = Storage.from_environment(environ=s3)
+    data = pa.table({"cluster_id": ["a", "b", "c"], "n": [1, 2, 3]})
+    files = [write_parquet("t", "s3://kraftlog/parquet", data, storage, f"part={i}/") for i in range(4)]
+    before = len(s3_requests(moto_dir / "moto.log"))
+    read = read_parquet_with_pyarrow(spark, [f.spec for f in files], from_arrow_schema(data.schema), storage)
+    assert sorted(map(tuple, read.collect())) == sorted(tuple(r.values()) for r in data.to_pylist() * 4)
+    assert staged_rows(files[:1], storage).to_pylist() == data.to_pylist()
+    sent = settled(lambda: s3_requests(moto_dir / "moto.log")[before:])
+    assert [m for m, _ in sent] == ["GET"] * (4 + 1), sent
+    # a large file is read by ranges (here every file counts as large): a footer, then the columns, no HEAD
+    before = len(s3_requests(moto_dir / "moto.log"))
+    ranged = read_parquet_with_pyarrow(spark, [f.spec for f in files], from_arrow_schema(data.schema), storage, 0)
+    assert ranged.count() == 12
+    sent = settled(lambda: s3_requests(moto_dir / "moto.log")[before:])
+    assert {m for m, _ in sent} == {"GET"} and len(sent) >= 2 * 4, sent

@@ -473,7 +473,7 @@ def _doubted(store: TableStore, cat: Catalog, todo: dict[str, _File], manifest: 
     """The files of this run whose identity is in doubt: from their data directory (``meta.properties``, a node
     claimed twice) or from their records (they contradict another copy at the same offset and epoch)."""
     doubted = {p for p, f in todo.items() if f.identity.problem}
-    staged = [f.root.rstrip("/") + "/" + f.path for f in manifest.files if f.table == "divergence"]
+    staged = [f.spec for f in manifest.files if f.table == "divergence"]
     if staged:
         rows = store.read_parquet(staged, spark_schema(cat.core["divergence"])) \
             .filter(F.col("reason") == SAME_EPOCH).select("loser_file").distinct().collect()
@@ -486,8 +486,7 @@ def _sum_ledger(store: TableStore, cat: Catalog, files: list[StagedFile], column
     """Totals of ``columns`` over the ledger rows this run staged (one job, executors read them)."""
     if not files:
         return tuple(0 for _ in columns)
-    uris = [f.root.rstrip("/") + "/" + f.path for f in files]
-    row = store.read_parquet(uris, spark_schema(cat.core["files"])) \
+    row = store.read_parquet([f.spec for f in files], spark_schema(cat.core["files"])) \
         .agg(*[F.sum(c).alias(c) for c in columns]).collect()[0]
     return tuple(int(row[c] or 0) for c in columns)
 

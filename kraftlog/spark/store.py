@@ -30,12 +30,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 from pyspark.sql import DataFrame, SparkSession
@@ -45,6 +47,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from kraftlog.config import Config
 from kraftlog.errors import KraftlogError, UsageError
 from kraftlog.lease import Lease
+from kraftlog.planning import pack
 from kraftlog.points import iso_ms
 from kraftlog.spark.inputs import FileGroups, FileSpec
 from kraftlog.spark.session import default_parallelism, is_connect
@@ -88,6 +91,11 @@ class StagedFile:
     modification_time: int
     num_records: int
     stats: str
+
+    @property
+    def spec(self) -> FileSpec:
+        """The file as a ``FileSpec`` (its URI, size and modification time), to read it back."""
+        return FileSpec(join(self.root, self.path), self.size, self.modification_time)
 
 
 @dataclass
@@ -184,12 +192,7 @@ def write_parquet(table: str, root: str, data: pa.Table, storage: Storage, prefi
 
 def staged_rows(files: list[StagedFile], storage: Storage) -> pa.Table:
     """The rows of staged ``files``, read here (small ones; ``TableStore.read_staged`` reads them with Spark)."""
-    tables = []
-    for f in files:
-        filesystem, path = storage.filesystem(join(f.root, f.path))
-        with filesystem.open_input_file(path) as fh:
-            tables.append(pq.read_table(fh))
-    return pa.concat_tables(tables)
+    return pa.concat_tables(pq.read_table(pa.BufferReader(storage.read_bytes(f.spec.path))) for f in files)
 
 
 def restage(files: list[StagedFile], data: pa.Table, storage: Storage) -> StagedFile:
@@ -308,27 +311,29 @@ class TableStore(ABC):
         if self.lease is not None:
             self.lease.check()
 
-    def read_parquet(self, uris: list[str], schema: Any) -> DataFrame:
-        """Parquet files as a DataFrame of ``schema`` (a Spark StructType): Spark's own reader where Spark
+    def read_parquet(self, files: list[FileSpec], schema: Any) -> DataFrame:
+        """Parquet ``files`` as a DataFrame of ``schema`` (a Spark StructType): Spark's own reader where Spark
         reaches the files without extra jars (local disk, HDFS), else read on the executors with pyarrow."""
-        if not uris:
+        if not files:
             return _empty(self.spark, schema)
-        uris = [normalize(u) for u in uris]
-        if all(is_local(u) or scheme(u) == "hdfs" for u in uris):
-            return self.spark.read.schema(schema).parquet(*uris)
-        return read_parquet_with_pyarrow(self.spark, uris, schema, self.storage)
+        files = [replace(f, path=normalize(f.path)) for f in files]
+        if all(is_local(f.path) or scheme(f.path) == "hdfs" for f in files):
+            return self.spark.read.schema(schema).parquet(*(f.path for f in files))
+        return read_parquet_with_pyarrow(self.spark, files, schema, self.storage)
 
     def stage_root(self, table: TableDef, run_id: str) -> tuple[str, str]:
         """(root URI, file prefix) where a run's files for ``table`` are written."""
         return self.path(table), ""
 
-    def parquet_files(self, folder: str) -> list[str]:
-        """The URIs of the Parquet files under ``folder`` (a URI), at any depth."""
+    def parquet_files(self, folder: str) -> list[FileSpec]:
+        """The Parquet files under ``folder`` (a URI), at any depth, by URI."""
         folder = normalize(folder)
         filesystem, path = self.storage.filesystem(folder)
         prefix = "file:" if is_local(folder) else folder[: folder.index("://") + 3]  # pyarrow drops the scheme
         infos = filesystem.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-        return sorted(prefix + i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet"))
+        return sorted((FileSpec(prefix + i.path, i.size, i.mtime_ns // 1_000_000 if i.mtime_ns else 0)
+                       for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet")),
+                      key=lambda f: f.path)
 
     def stage(self, df: DataFrame | FileGroups, tables: list[TableDef], router: Router, run_id: str
               ) -> list[StagedFile]:
@@ -364,7 +369,7 @@ class TableStore(ABC):
 
     def read_staged(self, table: TableDef, files: list[StagedFile]) -> DataFrame:
         """The rows of ``table`` in staged ``files``."""
-        return self.read_parquet([join(f.root, f.path) for f in files if f.table == table.name], spark_schema(table))
+        return self.read_parquet([f.spec for f in files if f.table == table.name], spark_schema(table))
 
     def stage_small(self, table: TableDef, data: pa.Table, run_id: str) -> list[StagedFile]:
         if data.num_rows == 0:
@@ -587,7 +592,16 @@ class DeltaRsStore(TableStore):
         dt.alter.set_table_properties({"kraftlog.schema": table.fingerprint}, raise_if_not_exists=False)
 
     def read(self, table: TableDef) -> DataFrame:
-        return self.read_parquet(self.table(table).file_uris(), spark_schema(table))
+        return self.read_parquet(self.files(table), spark_schema(table))
+
+    def files(self, table: TableDef) -> list[FileSpec]:
+        """The table's active files (URI, size, modification time), from its log: a reader needs not ask
+        the store for their sizes."""
+        adds = pa.table(self.table(table).get_add_actions(flatten=True))
+        # an add action's path is URL-encoded: the partition folder's own escapes (``%3D``) encoded again
+        return [FileSpec(join(self.path(table), unquote(path)), size, mtime)
+                for path, size, mtime in zip(adds["path"].to_pylist(), adds["size_bytes"].to_pylist(),
+                                             adds["modification_time"].to_pylist(), strict=True)]
 
     def may_hold(self, table: TableDef, clusters: list[str] | None = None) -> bool:
         """From the table's log alone (no Spark job): it has files and, for ``clusters``, a file whose
@@ -752,31 +766,34 @@ def _empty(spark: SparkSession, schema: Any) -> DataFrame:
     return DataFrame(jspark.createDataFrame(jvm.java.util.ArrayList(), jspark.parseDataType(schema.json())), spark)
 
 
-def read_parquet_with_pyarrow(spark: SparkSession, uris: list[str], schema: Any, storage: Storage) -> DataFrame:
-    """Parquet files read by the executors with pyarrow (S3, GCS, Azure with no Hadoop connector)."""
+def read_parquet_with_pyarrow(spark: SparkSession, files: list[FileSpec], schema: Any, storage: Storage,
+                              whole_bytes: int = 8 << 20) -> DataFrame:
+    """Parquet files read by the executors with pyarrow (S3, GCS, Azure with no Hadoop connector), in tasks of about
+    equal bytes, with no request
+    for a file's size first (it is known): one up to ``whole_bytes`` in one GET, a larger one by ranges (pyarrow
+    reads its footer, then the columns' chunks: two GETs or more)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema)
-    n = min(len(uris), max(1, default_parallelism(spark)))
-    groups = FileGroups(tuple(tuple(FileSpec(u, 0, 0) for u in uris[i::n]) for i in range(n)), storage)
+    by_path = {f.path: f for f in files}
+    packed = pack({p: max(f.size, 1) for p, f in by_path.items()}, default_parallelism(spark))
+    groups = FileGroups(tuple(tuple(by_path[p] for p in group) for group in packed), storage)
 
     def read(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for f in groups.files(batches):
-            filesystem, path = storage.filesystem(f.path)
-            with filesystem.open_input_file(path) as fh:
-                data = conformed(pq.ParquetFile(fh), arrow_schema)
-            yield from data.to_batches(max_chunksize=65536)
+            if 0 < f.size <= whole_bytes:
+                fragment = _PARQUET.make_fragment(pa.BufferReader(storage.read_bytes(f.path)))
+            else:
+                filesystem, path = storage.filesystem(f.path)
+                fragment = _PARQUET.make_fragment(path, filesystem, file_size=f.size or None)
+            # read as ``schema``: the columns a file was written without (a table that gained columns since,
+            # ``TableDef.added_columns``) come null, and each column is cast to its type
+            yield from fragment.to_batches(schema=arrow_schema, batch_size=65536)
 
     return groups.frame(spark).mapInArrow(read, schema)
 
 
-def conformed(file: pq.ParquetFile, schema: pa.Schema) -> pa.Table:
-    """The columns of ``schema`` read from ``file``, those it was written without null (a table that gained
-    columns since: ``TableDef.added_columns``)."""
-    present = set(file.schema_arrow.names)
-    data = file.read(columns=[n for n in schema.names if n in present])
-    columns = [data[f.name] if f.name in present else pa.nulls(data.num_rows, f.type) for f in schema]
-    return pa.Table.from_arrays(columns, names=schema.names).cast(schema)
+_PARQUET = ds.ParquetFileFormat()
 
 
 def _sql_str(text: str) -> str:
