@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, load_job
+from services import spark_env
 
 from kraftlog.spark.session import job_parser
 
@@ -104,9 +105,8 @@ def test_dag_runs_end_to_end_with_spark_submit(dag: Any, tmp_path: Path) -> None
     wh, reports = tmp_path / "warehouse", tmp_path / "reports"
     profile.write_text('[spark]\nmaster = "local[2]"\n[spark.conf]\n"spark.sql.shuffle.partitions" = "4"\n'
                        f'"spark.ui.enabled" = "false"\n[warehouse]\npath = "{wh}"\n')
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(DAG_DIR),
+    env = {**spark_env(), "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(DAG_DIR),
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
            "AIRFLOW_VAR_KRAFTLOG_CONF": str(profile), "AIRFLOW_VAR_KRAFTLOG_REPORTS": str(reports),
            "AIRFLOW_VAR_KRAFTLOG_INPUTS": str(ROOT / "samples" / "scenario-a")}

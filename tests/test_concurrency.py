@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLE
-from services import create_bucket, moto_s3
+from services import create_bucket, moto_s3, spark_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -31,8 +31,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 
 
 def _start(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
-    full = {**os.environ, **env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    return subprocess.Popen([KRAFTLOG, *args], env=full, cwd=cwd, stdout=subprocess.PIPE,
+    return subprocess.Popen([KRAFTLOG, *args], env=spark_env(env), cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
 
