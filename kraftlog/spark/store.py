@@ -597,7 +597,7 @@ class DeltaRsStore(TableStore):
     def files(self, table: TableDef) -> list[FileSpec]:
         """The table's active files (URI, size, modification time), from its log: a reader needs not ask
         the store for their sizes."""
-        adds = pa.table(self.table(table).get_add_actions(flatten=True))
+        adds = pa.table(self.table(table).get_add_actions(flatten=False))  # (flattening the stats: 6.5 ms a table)
         # an add action's path is URL-encoded: the partition folder's own escapes (``%3D``) encoded again
         return [FileSpec(join(self.path(table), unquote(path)), size, mtime)
                 for path, size, mtime in zip(adds["path"].to_pylist(), adds["size_bytes"].to_pylist(),
