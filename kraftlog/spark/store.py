@@ -769,9 +769,8 @@ def _empty(spark: SparkSession, schema: Any) -> DataFrame:
 def read_parquet_with_pyarrow(spark: SparkSession, files: list[FileSpec], schema: Any, storage: Storage,
                               whole_bytes: int = 8 << 20) -> DataFrame:
     """Parquet files read by the executors with pyarrow (S3, GCS, Azure with no Hadoop connector), in tasks of about
-    equal bytes, with no request
-    for a file's size first (it is known): one up to ``whole_bytes`` in one GET, a larger one by ranges (pyarrow
-    reads its footer, then the columns' chunks: two GETs or more)."""
+    equal bytes, with no request for a file's size first (it is known): one up to ``whole_bytes`` in one GET, a
+    larger one by ranges (pyarrow reads its footer, then the columns' chunks: two GETs or more)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema)
