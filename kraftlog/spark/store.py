@@ -606,12 +606,15 @@ class DeltaRsStore(TableStore):
     def may_hold(self, table: TableDef, clusters: list[str] | None = None) -> bool:
         """From the table's log alone (no Spark job): it has files and, for ``clusters``, a file whose
         ``cluster_id`` statistics (min, max) do not rule them all out."""
-        files = pa.table(self.table(table).get_add_actions(flatten=True))
-        if files.num_rows == 0 or clusters is None or "min.cluster_id" not in files.column_names:
-            return files.num_rows > 0
+        adds = pa.table(self.table(table).get_add_actions(flatten=False))  # (unflattened: see ``files``)
+        if adds.num_rows == 0 or clusters is None:
+            return adds.num_rows > 0
+        bounds = [adds[side].combine_chunks() for side in ("min", "max") if side in adds.column_names]
+        if len(bounds) < 2 or any(b.type.get_field_index("cluster_id") < 0 for b in bounds):
+            return True  # no statistics of cluster_id: it may
+        lows, highs = (b.field("cluster_id").to_pylist() for b in bounds)
         return any(lo is None or hi is None or any(lo <= c <= hi for c in clusters)
-                   for lo, hi in zip(files["min.cluster_id"].to_pylist(), files["max.cluster_id"].to_pylist(),
-                                     strict=True))
+                   for lo, hi in zip(lows, highs, strict=True))
 
     def _delete(self, table: TableDef, predicate: str, run_seq: int) -> None:
         from deltalake import CommitProperties, Transaction
