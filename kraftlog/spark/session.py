@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.config import Config
+from kraftlog.spark.jvm_names import remember_jvm_names
 
 
 def is_connect(spark: SparkSession) -> bool:
@@ -79,6 +80,7 @@ def build_session(config: Config) -> SparkSession:
             if key.startswith("spark.sql.") and spark.conf.get(key, None) is None:
                 _try_set(spark, key, value)
         return spark
+    remember_jvm_names()  # (PySpark resolves a JVM name per Column built: see the module)
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
