@@ -27,20 +27,20 @@ from typing import Any
 _MEMO = "_kraftlog_names"
 
 
-def _remembering(lookup: Callable[[Any, str], Any], keep: Callable[[Any], bool], shared: bool
+def _remembering(lookup: Callable[[Any, str], Any], kept: tuple[type, ...], shared: bool
                  ) -> Callable[[Any, str], Any]:
-    """``lookup`` (a ``__getattr__``) remembering the answers ``keep`` accepts: per object, or with ``shared`` per
-    gateway and qualified name (a package or class proxy is made anew by each lookup of a name not kept)."""
+    """``lookup`` (a ``__getattr__``) remembering its answers of the ``kept`` types: per object, or with ``shared``
+    per gateway and qualified name (a package or class proxy is made anew by each lookup of a name not kept)."""
 
     def remembered(self: Any, name: str) -> Any:
         owner = self._gateway_client if shared else self
-        memo = owner.__dict__.setdefault(_MEMO, {})
         key = (self._fqn, name) if shared else name
-        answer = memo.get(key)
-        if answer is None:
-            answer = lookup(self, name)
-            if keep(answer):
-                memo[key] = answer
+        memo = owner.__dict__.get(_MEMO)
+        if memo is not None and key in memo:
+            return memo[key]
+        answer = lookup(self, name)
+        if isinstance(answer, kept):
+            owner.__dict__.setdefault(_MEMO, {})[key] = answer
         return answer
 
     remembered.__wrapped__ = lookup  # type: ignore[attr-defined]
@@ -52,17 +52,8 @@ def remember_jvm_names() -> None:
     Idempotent."""
     from py4j.java_gateway import JavaClass, JavaMember, JavaPackage, JVMView
 
-    def is_class(answer: Any) -> bool:
-        return isinstance(answer, JavaClass)
-
-    def class_or_package(answer: Any) -> bool:
-        return isinstance(answer, (JavaClass, JavaPackage))
-
-    def static_method_or_class(answer: Any) -> bool:
-        return isinstance(answer, (JavaMember, JavaClass))
-
-    for cls, keep, shared in ((JVMView, is_class, False), (JavaPackage, class_or_package, True),
-                              (JavaClass, static_method_or_class, True)):
+    for cls, kept, shared in ((JVMView, (JavaClass,), False), (JavaPackage, (JavaClass, JavaPackage), True),
+                              (JavaClass, (JavaMember, JavaClass), True)):
         lookup = cls.__getattr__
         if not hasattr(lookup, "__wrapped__"):
-            cls.__getattr__ = _remembering(lookup, keep, shared)
+            cls.__getattr__ = _remembering(lookup, kept, shared)
