@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -59,7 +60,7 @@ from kraftlog.spark.history import built_clusters, landed, read_histories
 from kraftlog.spark.landed import Landed, Mark, landed_after, landed_since, ledger_marks, log_ends
 from kraftlog.spark.predicates import Scope, cluster_predicate, named_topics, of_clusters, only_topics
 from kraftlog.spark.session import local_frame
-from kraftlog.spark.store import TableStore, new_run_id, store_for, writing
+from kraftlog.spark.store import Landing, TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
 from kraftlog.state.replay import TopicsRead
 from kraftlog.tables.definitions import TableDef, catalog
@@ -354,18 +355,20 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope
 
 
 class _Made(Mapping[str, DataFrame]):
-    """Frames by name, each made at its first use: a builder reads a few of the histories, and each filter made is
-    a round of JVM calls on the driver."""
+    """Frames by name, each made at its first use (by whichever builder's thread asks first): a builder reads a few
+    of the histories, and each filter made is a round of JVM calls on the driver."""
 
     def __init__(self, make: Callable[[str], DataFrame], names: Iterable[str]):
         self._make, self._names, self._made = make, list(names), dict[str, DataFrame]()
+        self._lock = threading.Lock()
 
     def __getitem__(self, name: str) -> DataFrame:
         if name not in self._names:
             raise KeyError(name)
-        if name not in self._made:
-            self._made[name] = self._make(name)
-        return self._made[name]
+        with self._lock:
+            if name not in self._made:
+                self._made[name] = self._make(name)
+            return self._made[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -389,12 +392,14 @@ class Kept:
     def keeper(self) -> Callable[[str, DataFrame], DataFrame]:
         """What one set of ``Inputs`` keeps its shared frames with (each set reads its own rows)."""
         mine: dict[str, DataFrame] = {}
+        lock = threading.Lock()  # (builders run in threads of their own: the first to ask keeps its frame)
 
         def keep(name: str, frame: DataFrame) -> DataFrame:
-            if name not in mine:
-                mine[name] = frame.persist(StorageLevel.MEMORY_AND_DISK)
-                self.frames.append(mine[name])
-            return mine[name]
+            with lock:
+                if name not in mine:
+                    mine[name] = frame.persist(StorageLevel.MEMORY_AND_DISK)
+                    self.frames.append(mine[name])
+                return mine[name]
         return keep
 
     def release(self) -> None:
@@ -404,14 +409,15 @@ class Kept:
 
 
 def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
-                   ) -> Iterator[tuple[TableDef, DataFrame | None, str | None]]:
-    """Per event table with rows to replace: its frame (only those rows) and the SQL of the rows it replaces, each
-    as soon as it is planned (``TableStore.replace`` runs it while the next is); ``kept``: where the frames several
-    tables build alike are kept (``release`` it once they are written). The frame is None where every history
-    the table reads holds no row of the clusters analysed (``empty_kinds``): no rows, and no Spark job.
+                   ) -> Iterator[tuple[TableDef, Callable[[], Landing | None]]]:
+    """Per event table with rows to replace, what makes its ``Landing`` (``TableStore.replace`` calls it, several
+    tables at a time: each table's frame is planned on the driver while others run): its frame (only those rows)
+    and the SQL of the rows it replaces; ``kept``: where the frames several tables build alike are kept (``release``
+    it once they are written). The frame is None where every history the table reads holds no row of the clusters
+    analysed (``empty_kinds``): no rows, and no Spark job.
 
-    When every cluster goes on, a table is skipped if nothing it read changed since the cuts: no history it
-    reads has a version begun or ended since, it reads no landed table, and it reads the log's end (where
+    When every cluster goes on, a table is left as it is (no landing) if nothing it read changed since the cuts: no
+    history it reads has a version begun or ended since, it reads no landed table, and it reads the log's end (where
     open windows end for now) only while no window is open (``_Reader.stale``); or, for the tables that say what
     can give them rows (``CHANGED_BY``), none of that changed."""
     if not (plan.everything or plan.clusters or plan.gone):
@@ -434,26 +440,28 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
     with ThreadPoolExecutor(2) as pool:  # (found while the first tables are planned)
         changed = pool.submit(changed_kinds, every, plan)
         empty = pool.submit(empty_kinds, store, clusters)
-        for name, t in event_tables().items():
-            increment = increment_of(t)
-            where = plan.rows(t)
-            if where is not None and where.empty:
-                continue
+
+        def landing(name: str, increment: str, where: Scope | None) -> Landing | None:
+            x = by_kind[increment]
             df: DataFrame | None = None
             reads = _READS.get(name)
             if reads is None:
-                reader = _Reader(by_kind[increment])
+                reader = _Reader(x)
                 df = BUILDERS[name](reader)
                 reads = _READS[name] = reader.reads()
             if plan.only_going_on and not (bool(CHANGED_BY[name] & changed.result()) if name in CHANGED_BY
                                            else reads.stale(increment, any_open, changed.result())):
-                continue  # nothing it reads changed since the cuts
+                return None  # nothing it reads changed since the cuts
             sql = None if where is None else where.sql()
             if reads.only_of(empty.result()):
-                yield t, None, sql  # no rows: its rows in scope are removed, with no Spark job
-                continue
-            df = BUILDERS[name](by_kind[increment]) if df is None else df
-            yield t, df if where is None else where.select(df), sql
+                return None, sql  # no rows: its rows in scope are removed, with no Spark job
+            df = BUILDERS[name](x) if df is None else df
+            return (df if where is None else where.select(df)), sql
+
+        for name, t in event_tables().items():
+            where = plan.rows(t)
+            if where is None or not where.empty:
+                yield t, functools.partial(landing, name, increment_of(t), where)
 
 
 def empty_kinds(store: TableStore, clusters: list[str] | None) -> set[str]:

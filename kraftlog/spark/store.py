@@ -64,6 +64,9 @@ Router = Callable[[Any], dict[str, pa.Table] | Iterator[dict[str, pa.Table]]]  #
 # puts rows in a file of their own
 FILE_PART = "#"
 Producer = Callable[[Iterable[Any]], Iterator[dict[str, pa.Table]]]
+# what a derived table is replaced with (``TableStore.replace``): its rows (None: none) and the SQL predicate of the
+# rows they replace (None: all)
+Landing = tuple[DataFrame | None, str | None]
 
 # what executor-side writers return to the driver: one row per Parquet file written
 WRITTEN = pa.schema([("table", pa.string()), ("path", pa.string()), ("size", pa.int64()),
@@ -377,31 +380,34 @@ class TableStore(ABC):
         root, prefix = self.stage_root(table, run_id)
         return [write_parquet(table.name, root, data.cast(table.schema), self.storage, prefix)]
 
-    def replace(self, frames: Iterable[tuple[TableDef, DataFrame | None, str | None]], build_id: str, jobs: int = 4
-                ) -> dict[str, int]:
+    def replace(self, planned: Iterable[tuple[TableDef, Callable[[], Landing | None]]], build_id: str,
+                jobs: int = 4) -> dict[str, int]:
         """Replace rows of derived tables (histories, events; each ``ensure``d before) with the rows of their
-        DataFrames; row counts by table. Each frame comes with ``where``: the SQL predicate of the rows it replaces
-        (None: all). A frame of None: no rows (those rows are only removed, with no Spark job).
+        DataFrames; row counts by the tables replaced. Each table comes with what makes its ``Landing``: its frame
+        and the SQL predicate of the rows it replaces (None: all); a frame of None: no rows (those rows are only
+        removed, with no Spark job); no landing: the table is left as it is.
 
-        One Spark job per table computes its frame and executors write the files (``jobs`` of them at a time:
-        small tables cost scheduling, not cores), each submitted as soon as ``frames`` yields it (so the driver
-        builds the next plans while executors run the first); then the table gets its commit, while the others
-        still run, so a reader sees the previous build or this one (a build killed before its commits leaves only
-        unreferenced files, removed by VACUUM).
+        ``jobs`` tables at a time are made, computed and committed, each in a thread of its own (small tables
+        cost the driver's planning and scheduling, not cores: the driver plans one while executors run another),
+        each submitted as soon as ``planned`` yields it. One Spark job per table computes its frame and executors
+        write the files; then the table gets its commit, while the others still run, so a reader sees the previous
+        build or this one (a build killed before its commits leaves only unreferenced files, removed by VACUUM).
         """
         n = max(1, default_parallelism(self.spark))
 
-        def land(t: TableDef, df: DataFrame | None, where: str | None) -> int:  # one narrow job per table: Arrow
-            files = [] if df is None else self.stage(  # of wide structs
+        def land(t: TableDef, make: Callable[[], Landing | None]) -> int | None:
+            landing = make()
+            if landing is None:
+                return None
+            df, where = landing
+            files = [] if df is None else self.stage(  # one narrow job per table: Arrow of wide structs
                 df.select(*t.columns).coalesce(n), [t], _open_apart(t), build_id)
             self.overwrite(t, files, build_id, where)
             return sum(f.num_records for f in files)
 
         with ThreadPoolExecutor(max(1, jobs)) as pool:
-            pending = []
-            for t, df, where in frames:
-                pending.append((t.name, pool.submit(land, t, df, where)))
-            return {name: future.result() for name, future in pending}
+            pending = [(t.name, pool.submit(land, t, make)) for t, make in planned]
+            return {name: rows for name, future in pending if (rows := future.result()) is not None}
 
     @abstractmethod
     def ensure(self, table: TableDef) -> bool:
