@@ -354,21 +354,36 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope
                   since, _Made(lambda k: only(histories[k]), histories))
 
 
+class _Once:
+    """Values by name, each made once, by whichever thread asks for it first; a thread asking for a name being made
+    waits for that name only (builders run in threads of their own, and each making is a round of JVM calls)."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, Any] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def get(self, name: str, make: Callable[[], Any]) -> Any:
+        with self._guard:
+            lock = self._locks.setdefault(name, threading.Lock())
+        with lock:
+            if name not in self._values:
+                self._values[name] = make()
+            return self._values[name]
+
+
 class _Made(Mapping[str, DataFrame]):
-    """Frames by name, each made at its first use (by whichever builder's thread asks first): a builder reads a few
-    of the histories, and each filter made is a round of JVM calls on the driver."""
+    """Frames by name, each made at its first use: a builder reads a few of the histories, and each filter made is
+    a round of JVM calls on the driver."""
 
     def __init__(self, make: Callable[[str], DataFrame], names: Iterable[str]):
-        self._make, self._names, self._made = make, list(names), dict[str, DataFrame]()
-        self._lock = threading.Lock()
+        self._make, self._names, self._made = make, list(names), _Once()
 
     def __getitem__(self, name: str) -> DataFrame:
         if name not in self._names:
             raise KeyError(name)
-        with self._lock:
-            if name not in self._made:
-                self._made[name] = self._make(name)
-            return self._made[name]
+        frame: DataFrame = self._made.get(name, lambda: self._make(name))
+        return frame
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -391,15 +406,15 @@ class Kept:
 
     def keeper(self) -> Callable[[str, DataFrame], DataFrame]:
         """What one set of ``Inputs`` keeps its shared frames with (each set reads its own rows)."""
-        mine: dict[str, DataFrame] = {}
-        lock = threading.Lock()  # (builders run in threads of their own: the first to ask keeps its frame)
+        mine = _Once()
+
+        def persisted(frame: DataFrame) -> DataFrame:
+            self.frames.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
+            return self.frames[-1]
 
         def keep(name: str, frame: DataFrame) -> DataFrame:
-            with lock:
-                if name not in mine:
-                    mine[name] = frame.persist(StorageLevel.MEMORY_AND_DISK)
-                    self.frames.append(mine[name])
-                return mine[name]
+            kept: DataFrame = mine.get(name, lambda: persisted(frame))
+            return kept
         return keep
 
     def release(self) -> None:

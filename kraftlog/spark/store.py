@@ -382,7 +382,7 @@ class TableStore(ABC):
 
     def replace(self, planned: Iterable[tuple[TableDef, Callable[[], Landing | None]]], build_id: str,
                 jobs: int = 4) -> dict[str, int]:
-        """Replace rows of derived tables (histories, events; each ``ensure``d before) with the rows of their
+        """Replace rows of derived tables (the event tables; each ``ensure``d before) with the rows of their
         DataFrames; row counts by the tables replaced. Each table comes with what makes its ``Landing``: its frame
         and the SQL predicate of the rows it replaces (None: all); a frame of None: no rows (those rows are only
         removed, with no Spark job); no landing: the table is left as it is.
