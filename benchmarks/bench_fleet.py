@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bigcluster import GENERATOR_VERSION, generate
+from bigcluster import generated
 from common import ROOT, WorkerMemory, copy_corpus, local_config, rss_kb, save_results, with_warehouse
 
 
@@ -190,12 +190,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     inputs: list[tuple[str, Path]] = []
     for scale in [int(s) for s in args.scales.split(",") if s]:
         n = args.records * scale
-        where = ROOT / "out" / f"bigcluster-v{GENERATOR_VERSION}-{n}-{args.partitions}"
-        if not (where / "node-3000" / "meta.properties").exists():
-            shutil.rmtree(where, ignore_errors=True)
-            print(f"generating {where} ...", flush=True)
-            results[f"generated {n}"] = generate(where / "node-3000", topics=args.topics,
-                                                  partitions=args.partitions, records=n)
+        where, written = generated(ROOT / "out", n, args.partitions, args.topics)
+        if written is not None:
+            results[f"generated {n}"] = written
         inputs.append((f"big x{scale}", where))
     work = Path(tempfile.mkdtemp(prefix="kraftlog-fleet-"))
     try:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_fleet import batch_ends
-from bigcluster import GENERATOR_VERSION, generate
+from bigcluster import generated
 from common import ROOT, WorkerMemory, local_config, save_results, with_warehouse
 
 
@@ -79,11 +79,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from kraftlog.spark.session import build_session
 
-    where = ROOT / "out" / f"bigcluster-v{GENERATOR_VERSION}-{args.records}-{args.partitions}"
-    if not (where / "node-3000" / "meta.properties").exists():
-        shutil.rmtree(where, ignore_errors=True)
-        print(f"generating {where} ...", flush=True)
-        generate(where / "node-3000", partitions=args.partitions, records=args.records)
+    where, _ = generated(ROOT / "out", args.records, args.partitions)
     log = joined_log(where / "node-3000")
     base = local_config(args.cores)
     spark = build_session(base)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import base64
 import random
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -429,6 +430,22 @@ def generate(out: Path, brokers: int = 60, racks: int = 3, topics: int = 10_000,
             "topics": len(c.topics), "partitions": len(c.partitions), "brokers": brokers,
             "bytes": sum(f.stat().st_size for f in c.log_dir.iterdir()),
             "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def generated(root: Path, records: int, partitions: int = 150_000, topics: int = 10_000
+              ) -> tuple[Path, dict[str, Any] | None]:
+    """The big cluster of this size under ``root`` (its data directory is ``<path>/node-3000``), generated unless
+    an earlier run left it; with what was written when generated now. It is written aside and renamed once
+    complete, so that a generation killed midway is never taken for a finished one."""
+    where = root / f"bigcluster-v{GENERATOR_VERSION}-{records}-{partitions}-{topics}"
+    if where.exists():
+        return where, None
+    aside = where.with_name(where.name + ".partial")
+    shutil.rmtree(aside, ignore_errors=True)
+    print(f"generating {where} ...", flush=True)
+    written = generate(aside / "node-3000", topics=topics, partitions=partitions, records=records)
+    aside.rename(where)
+    return where, written
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,7 +3,10 @@ that replay reproduces exactly."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -12,7 +15,7 @@ from conftest import ROOT
 from kraftlog.state.local import load_clusters, replay, verify
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bigcluster import generate
+from bigcluster import generate, generated
 
 
 def test_a_generated_cluster_replays_cleanly_and_matches_its_snapshots(tmp_path: Path) -> None:
@@ -29,3 +32,25 @@ def test_a_generated_cluster_replays_cleanly_and_matches_its_snapshots(tmp_path:
     assert replay(cluster).problems == []
     checks = verify(cluster)
     assert len(checks) == 2 and all(c.reachable and c.differences == [] for c in checks)
+
+
+
+def test_the_benchmarks_reuse_a_generated_cluster_only_once_it_is_complete(tmp_path: Path) -> None:
+    """A generation killed midway (SIGKILL once its log has begun) leaves nothing a later run takes as the cluster:
+    the next run generates it whole, and the one after reuses that."""
+    size = {"records": 40_000, "partitions": 240, "topics": 40}
+    code = (f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); from bigcluster import generated; "
+            f"generated(__import__('pathlib').Path({str(tmp_path)!r}), **{size!r})")
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not any(p.suffix == ".log" for p in tmp_path.rglob("*")) and run.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    run.kill()
+    assert run.wait() == -signal.SIGKILL, "the generation ended before it could be killed: make it bigger"
+    where, written = generated(tmp_path, **size)
+    assert written is not None and written["records"] >= 40_000
+    (cluster,) = load_clusters([where])
+    assert sum(1 for e in cluster.log.values() if e.decoded.type != "NO_OP_RECORD") >= 40_000
+    assert generated(tmp_path, **size) == (where, None)  # kept, not written again
+    assert [p.name for p in tmp_path.iterdir()] == [where.name]
