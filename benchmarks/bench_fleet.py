@@ -13,7 +13,8 @@ For each input, on local[cores]:
 
 Reported per step: seconds, non-NoOp records per second per core, peak resident memory of the
 driver's JVM and Python and of the Python workers. The big cluster is generated once per size and
-kept under ``out/bigcluster-<records>`` (``--scales 1,4``: the log at 1x and 4x ``--records``).
+kept under ``out/bigcluster-v<generator>-<records>-<partitions>-<topics>`` (``bigcluster.generated``;
+``--scales 1,4``: the log at 1x and 4x ``--records``).
 """
 
 from __future__ import annotations
