@@ -352,3 +352,33 @@ def test_a_store_reads_a_tables_log_once_a_run_and_sees_a_table_another_run_made
         put(theirs, "d", "r2")
     with writing(ours, config, "r3", "test"):
         assert ours.may_hold(table, ["d"]) and not ours.may_hold(table, ["b"])
+
+
+def test_a_frame_is_made_once_per_name_and_a_thread_waits_only_for_the_name_it_asks() -> None:
+    """The event builders run in threads of their own (``TableStore.replace``) and share the frames analyze makes
+    by name (the histories' filters, the persisted shared frames): while one thread makes a name, another makes a
+    different name at once, and a third asking for the first name gets that same value, made once."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kraftlog.spark.analyze import _Once
+
+    once, made = _Once(), list[str]()
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> object:
+        made.append("a")
+        started.set()
+        assert release.wait(30)
+        return object()
+
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(once.get, "a", slow)
+        assert started.wait(30)
+        again = pool.submit(once.get, "a", lambda: made.append("a again"))
+        other = pool.submit(once.get, "b", lambda: made.append("b") or "B")
+        assert other.result(timeout=30) == "B"  # not held up by "a", still being made
+        assert not again.done()  # waits for "a"
+        release.set()
+        assert again.result(timeout=30) is first.result(timeout=30)
+    assert sorted(made) == ["a", "b"]

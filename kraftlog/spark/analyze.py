@@ -409,8 +409,9 @@ class Kept:
         mine = _Once()
 
         def persisted(frame: DataFrame) -> DataFrame:
-            self.frames.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
-            return self.frames[-1]
+            kept = frame.persist(StorageLevel.MEMORY_AND_DISK)
+            self.frames.append(kept)  # (not frames[-1]: another name may be kept at the same time)
+            return kept
 
         def keep(name: str, frame: DataFrame) -> DataFrame:
             kept: DataFrame = mine.get(name, lambda: persisted(frame))
