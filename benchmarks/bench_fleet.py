@@ -4,9 +4,9 @@
 
 For each input, on local[cores]:
 
-* **full**: the input minus its last 1% of records (the last segment cut at a batch boundary) is
-  ingested, reconstructed and analysed into a fresh warehouse;
-* **increment**: the last segment grows back to its full length (the next hour's 1%), and ingest,
+* **full**: the input minus its last 1% of records (by offset: the segments after that point left out, the one
+  holding it cut at a batch boundary) is ingested, reconstructed and analysed into a fresh warehouse;
+* **increment**: the segments grow back to their full length (the next hour's 1%), and ingest,
   reconstruct and analyse run again on the same warehouse; ``--increments N`` times (default 3), each from a copy
   of the warehouse and input the full build left, and the median run (by reconstruct + analyze) is reported: one
   run's seconds vary by a quarter on a shared 2-core machine.
@@ -67,32 +67,38 @@ def batch_ends(path: Path) -> list[tuple[int, int]]:
 
 
 def split_input(source: Path, dest: Path, fraction: float = 0.01) -> tuple[Path, int]:
-    """``source``'s data directories copied to ``dest`` with each one's last segment cut to leave out about
-    ``fraction`` of its log; returns the copy and the number of bytes left out."""
+    """``source``'s data directories copied to ``dest`` without the last ``fraction`` of each one's log (by offset):
+    the segments that begin after that point left out, the one holding it cut at a batch boundary; returns the copy
+    and the number of bytes left out."""
     shutil.copytree(source, dest)
     cut = 0
     for log_dir in dest.rglob("__cluster_metadata-0"):
         segments = sorted(log_dir.glob("*.log"))
         if not segments:
             continue
-        last = segments[-1]
-        ends = batch_ends(last)
         first_offset = int(segments[0].name.split(".")[0])
-        end_offset = ends[-1][1] if ends else first_offset
+        ends = batch_ends(segments[-1])
+        end_offset = ends[-1][1] if ends else int(segments[-1].name.split(".")[0])
         target = end_offset - int((end_offset - first_offset) * fraction)
-        keep_at = max((p for p, b in ends if b < target), default=0)
-        size = last.stat().st_size
-        with open(last, "r+b") as fh:
-            fh.truncate(keep_at)
-        cut += size - keep_at
+        for segment in reversed(segments):
+            size = segment.stat().st_size
+            if int(segment.name.split(".")[0]) >= target:
+                segment.unlink()
+                cut += size
+                continue
+            keep_at = max((p for p, b in batch_ends(segment) if b < target), default=0)
+            with open(segment, "r+b") as fh:
+                fh.truncate(keep_at)
+            cut += size - keep_at
+            break
     return dest, cut
 
 
 def grow(source: Path, dest: Path) -> None:
-    """Bring the cut segments of ``dest`` back to their length in ``source`` (the log grew)."""
+    """Bring the segments of ``dest`` cut or left out back to their length in ``source`` (the log grew)."""
     for f in source.rglob("*.log"):
         target = dest / f.relative_to(source)
-        if target.stat().st_size != f.stat().st_size:
+        if not target.exists() or target.stat().st_size != f.stat().st_size:
             shutil.copyfile(f, target)
 
 

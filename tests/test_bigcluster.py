@@ -34,7 +34,6 @@ def test_a_generated_cluster_replays_cleanly_and_matches_its_snapshots(tmp_path:
     assert len(checks) == 2 and all(c.reachable and c.differences == [] for c in checks)
 
 
-
 def test_the_benchmarks_reuse_a_generated_cluster_only_once_it_is_complete(tmp_path: Path) -> None:
     """A generation killed midway (SIGKILL once its log has begun) leaves nothing a later run takes as the cluster:
     the next run generates it whole, and the one after reuses that."""
@@ -54,3 +53,26 @@ def test_the_benchmarks_reuse_a_generated_cluster_only_once_it_is_complete(tmp_p
     assert sum(1 for e in cluster.log.values() if e.decoded.type != "NO_OP_RECORD") >= 40_000
     assert generated(tmp_path, **size) == (where, None)  # kept, not written again
     assert [p.name for p in tmp_path.iterdir()] == [where.name]
+
+
+def test_the_increment_of_the_benchmarks_is_the_last_hundredth_of_the_log_over_segments(tmp_path: Path) -> None:
+    """``bench_fleet`` leaves out the last 1% of the log by offset (here more than the last segment holds: the
+    segments after the cut left out, the one holding it cut at a batch), and growing it back restores every file."""
+    from bench_fleet import grow, split_input
+
+    source = tmp_path / "src"
+    generate(source / "node", brokers=6, racks=3, topics=10, partitions=60, records=6_000, seed=5,
+             segment_records=2_000)
+    (whole,) = load_clusters([source])
+    segments = sorted((source / "node" / "__cluster_metadata-0").glob("*.log"))
+    end = max(whole.log)
+    assert end - int(segments[-1].name.split(".")[0]) < 0.2 * end  # the last segment holds less than 20%
+
+    inputs, cut = split_input(source, tmp_path / "in", fraction=0.2)
+    (kept,) = load_clusters([inputs])
+    assert cut > 0 and max(kept.log) < 0.8 * end <= max(kept.log) + 200  # up to the batch before the cut point
+    assert set(kept.log) == {o for o in whole.log if o <= max(kept.log)}
+    assert len(list((inputs / "node" / "__cluster_metadata-0").glob("*.log"))) < len(segments)
+    grow(source, inputs)
+    for f in source.rglob("*.log"):
+        assert (inputs / f.relative_to(source)).read_bytes() == f.read_bytes()
