@@ -413,6 +413,7 @@ def test_topic_lifecycle_goes_on_from_the_cut_and_still_sees_names_and_partition
     _, events = land_build_analyze(spark, copy_upto(source, inputs, 10), wh)
     # t2 grew, no topic changed: t2 is read whole (t2-0 did not change), and topic_lifecycle is rebuilt for it
     assert events.plan.topics == {"c": TopicsRead(frozenset({t2}))}, events.line()
+    assert "their partition events read 0 partition(s) and 1 topic(s) whole" in events.line()
     assert events.rows["topic_lifecycle"] == 1, events.line()
     _, events = land_build_analyze(spark, copy_upto(source, inputs, 1 << 40), wh)
     assert list(events.plan.going_on) == ["c"], events.line()

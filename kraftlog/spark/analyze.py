@@ -188,8 +188,15 @@ class EventPlan:
     def line(self) -> str:
         if self.everything:
             return "every cluster analysed from scratch"
-        return (f"{len(self.going_on)} cluster(s) go on from their last analysis, {len(self.rebuilt)} analysed "
+        line = (f"{len(self.going_on)} cluster(s) go on from their last analysis, {len(self.rebuilt)} analysed "
                 f"anew, {len(self.unchanged)} unchanged, {len(self.gone)} gone")
+        if not self.topics:
+            return line
+        named = [read for read in self.topics.values() if read is not None]
+        every = len(self.topics) - len(named)
+        return (line + f"; their partition events read {sum(len(r.partitions) for r in named)} partition(s) and "
+                f"{sum(len(r.topics) for r in named)} topic(s) whole"
+                + (f", every topic of {every} cluster(s)" if every else ""))
 
 
 def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> EventPlan:
