@@ -32,6 +32,8 @@ from typing import Any
 from bigcluster import generated
 from common import ROOT, WorkerMemory, copy_corpus, local_config, rss_kb, save_results, with_warehouse
 
+from kraftlog.wire.files import classify
+
 
 class DriverMemory(threading.Thread):
     """Peak resident memory of this process and of its Spark JVM."""
@@ -55,6 +57,14 @@ class DriverMemory(threading.Thread):
             self.stop.wait(0.2)
 
 
+def base_offset(segment: Path) -> int:
+    """The base offset a segment's name carries."""
+    info = classify(segment.name)
+    if info is None or info.base_offset is None:
+        raise ValueError(f"{segment}: not a segment of the metadata log")
+    return info.base_offset
+
+
 def batch_ends(path: Path) -> list[tuple[int, int]]:
     """(end byte position, base offset) of each RecordBatch of a segment."""
     data = path.read_bytes()
@@ -73,20 +83,20 @@ def split_input(source: Path, dest: Path, fraction: float = 0.01) -> tuple[Path,
     shutil.copytree(source, dest)
     cut = 0
     for log_dir in dest.rglob("__cluster_metadata-0"):
-        segments = sorted(log_dir.glob("*.log"))
+        segments = sorted((base_offset(p), p) for p in log_dir.glob("*.log"))
         if not segments:
             continue
-        first_offset = int(segments[0].name.split(".")[0])
-        ends = batch_ends(segments[-1])
-        end_offset = ends[-1][1] if ends else int(segments[-1].name.split(".")[0])
-        target = end_offset - int((end_offset - first_offset) * fraction)
-        for segment in reversed(segments):
+        last = batch_ends(segments[-1][1])
+        end_offset = last[-1][1] if last else segments[-1][0]
+        target = end_offset - int((end_offset - segments[0][0]) * fraction)
+        for offset, segment in reversed(segments):
             size = segment.stat().st_size
-            if int(segment.name.split(".")[0]) >= target:
+            if offset >= target:
                 segment.unlink()
                 cut += size
                 continue
-            keep_at = max((p for p, b in batch_ends(segment) if b < target), default=0)
+            ends = last if segment == segments[-1][1] else batch_ends(segment)
+            keep_at = max((p for p, b in ends if b < target), default=0)
             with open(segment, "r+b") as fh:
                 fh.truncate(keep_at)
             cut += size - keep_at
