@@ -134,6 +134,13 @@ def partition_versions(inputs: Inputs) -> DataFrame:
     return inputs.shared("partition_versions", versions)
 
 
+def of_partitions_in(df: DataFrame, rows: DataFrame) -> DataFrame:
+    """The rows of ``df`` (partition versions) of the partitions ``rows`` holds a row of: where a builder's rows come
+    only from partitions with a version of some kind, it orders the versions of those alone (on a big cluster,
+    a reassignment or an ISR below ``min.insync.replicas`` touches few partitions of many)."""
+    return df.join(rows.select(*PARTITION).distinct(), PARTITION, "left_semi")
+
+
 def at_start(inputs: Inputs, df: DataFrame, offset: str = "valid_from_offset") -> DataFrame:
     """``df`` with ``_at_start``: the row is a version loaded from the base snapshot (before the histories begin)."""
     return (df.join(inputs.bases, "cluster_id", "left")
@@ -287,9 +294,14 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
     The partition's state at each point is the version begun last at or before it (an as-of window over the
     points and the versions in offset order, not a join of every point with every version of its partition)."""
     topic, broker = "TOPIC", "BROKER"
-    parts = inputs.history("partitions")
     mir = (inputs.history("configs").filter(F.col("name").isin(*PARTITION_CONFIGS))
            .withColumn("_v", F.col("value").try_cast("int")))
+    # only partitions with a version whose ISR is smaller than the largest min.insync.replicas of its cluster (or
+    # Kafka's default, 1) can be flagged: the others are left out before their versions are ordered
+    most = F.broadcast(mir.groupBy("cluster_id").agg(F.max("_v").alias("_most")))
+    parts = inputs.history("partitions")
+    parts = of_partitions_in(parts, parts.join(most, "cluster_id", "left").filter(
+        F.size("isr") < F.greatest(F.coalesce("_most", F.lit(1)), F.lit(1))))
     # evaluation points: each partition version (which carries its state), each deletion, in an incremental analysis
     # `since` itself (the state then: a point of its own), all in one pass over the versions; and each
     # min.insync.replicas boundary
@@ -366,10 +378,11 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
 
 def reassignments(inputs: Inputs) -> DataFrame:
     """Reassignment episodes: consecutive versions with adding or removing replicas, and how they ended."""
-    p = partition_versions(inputs)
+    moving = (F.size("adding_replicas") + F.size("removing_replicas")) > 0
+    parts = inputs.history("partitions")  # (not the shared window of every partition: few of them move)
+    p = with_previous(of_partitions_in(parts, parts.filter(moving)), PARTITION, [])
     w = Window.partitionBy(*PARTITION).orderBy("valid_from_offset")
     p = p.withColumn("_next_replicas", F.lead("replicas").over(w))
-    moving = (F.size("adding_replicas") + F.size("removing_replicas")) > 0
     flagged = islands(p, PARTITION, moving)
     start = "valid_from_offset"
     grouped = flagged.groupBy(*PARTITION, "_island").agg(
