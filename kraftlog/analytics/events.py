@@ -294,14 +294,16 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
     The partition's state at each point is the version begun last at or before it (an as-of window over the
     points and the versions in offset order, not a join of every point with every version of its partition)."""
     topic, broker = "TOPIC", "BROKER"
+    kafka_default = F.lit(1)  # min.insync.replicas where no config sets it
     mir = (inputs.history("configs").filter(F.col("name").isin(*PARTITION_CONFIGS))
            .withColumn("_v", F.col("value").try_cast("int")))
     # only partitions with a version whose ISR is smaller than the largest min.insync.replicas of its cluster (or
-    # Kafka's default, 1) can be flagged: the others are left out before their versions are ordered
+    # Kafka's default) can be flagged: the others are left out before their versions are ordered (``greatest`` skips
+    # the null of a cluster with no such config)
     most = F.broadcast(mir.groupBy("cluster_id").agg(F.max("_v").alias("_most")))
     parts = inputs.history("partitions")
     parts = of_partitions_in(parts, parts.join(most, "cluster_id", "left").filter(
-        F.size("isr") < F.greatest(F.coalesce("_most", F.lit(1)), F.lit(1))))
+        F.size("isr") < F.greatest("_most", kafka_default)))
     # evaluation points: each partition version (which carries its state), each deletion, in an incremental analysis
     # `since` itself (the state then: a point of its own), all in one pass over the versions; and each
     # min.insync.replicas boundary
@@ -359,7 +361,7 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
 
     j = config(config(config(j, "topic", topic, F.col("_name")), "broker", broker, F.col("_leader").cast("string")),
                "cluster", broker, F.lit(""))  # the cluster default: a BROKER config with an empty name
-    j = j.withColumn("_mir", F.coalesce("_topic_v", "_broker_v", "_cluster_v", F.lit(1))).withColumn(
+    j = j.withColumn("_mir", F.coalesce("_topic_v", "_broker_v", "_cluster_v", kafka_default)).withColumn(
         "_source", F.when(F.col("_topic_v").isNotNull(), "topic").when(F.col("_broker_v").isNotNull(), "broker")
         .when(F.col("_cluster_v").isNotNull(), "cluster_default").otherwise("kafka_default"))
     j = j.withColumn("_flag", F.col("_s").isNotNull() & (F.col("_isr") < F.col("_mir")))
