@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from conftest import SAMPLE, examples, split_replays
 from deltalake import DeltaTable
@@ -707,3 +708,34 @@ def test_controller_leadership_goes_on_from_the_epoch_before_the_one_that_grew(s
 def _of_kind(increment: str) -> TableDef:
     """An event table that ``analyze`` brings up to date by ``increment``."""
     return next(t for t in event_tables().values() if increment_of(t) == increment)
+
+
+def test_an_hour_naming_more_partitions_than_a_threads_stack_parses_deletes_only_theirs(
+        spark: Any, tmp_path: Path) -> None:
+    """The benchmark's hour (1% of 5M records) names 21,864 partitions: the build deletes their current versions by an
+    IN list, which delta-rs parses recursively on the calling thread. Past about 20k items that overflows a thread's
+    8 MB stack and the process dies of SIGSEGV (delta-io/delta-rs#2798); the store deletes on a deeper stack."""
+    from kraftlog.spark.increments import Plan
+    from kraftlog.spark.predicates import TOPICS_NAMED
+    from kraftlog.spark.store import open_store
+
+    store = open_store(spark, str(tmp_path / "wh"))
+    table = history_tables()["partitions"]
+    store.ensure(table)
+
+    def version(topic: str, partition: int, since: int, to: int | None) -> dict[str, Any]:
+        return {f.name: None for f in table.schema} | {"cluster_id": "c", "topic_id": topic, "partition_id": partition,
+                                                       "valid_from_offset": since, "valid_to_offset": to}
+
+    rows = [version("t", 0, 0, None), version("t", 1, 0, 5), version("t", 1, 5, None), version("u", 0, 0, None)]
+    data = pa.Table.from_pylist(rows, schema=table.schema)
+    store.overwrite(table, store.stage_small(table, data, "r0"), "b0")
+    named = [("t", 1), ("u", 0), *((f"x{i}", i) for i in range(29_998))]
+    assert 20_000 < len(named) <= TOPICS_NAMED
+    plan = Plan([], resumed=["c"], record_types={"PARTITION_CHANGE_RECORD"}, restored={"c": TopicsRead.of([], named)})
+    where = plan.history_where("partitions")
+    assert where is not None and where.count("'x") == 29_998
+    store.overwrite(table, [], "b1", where)
+    left = DeltaTable(str(tmp_path / "wh" / "partitions_history")).to_pyarrow_table().to_pylist()
+    kept = sorted((r["topic_id"], r["partition_id"], r["valid_to_offset"]) for r in left)
+    assert kept == [("t", 0, None), ("t", 1, 5)]

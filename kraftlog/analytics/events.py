@@ -45,6 +45,9 @@ class Inputs:
     # offset on into them (``fold``), reading no older record
     folded: Scope | None = None
     built: Callable[[str], DataFrame] | None = None
+    # the histories to keep (``shared``) as read: in an incremental analysis, those several builders read over and
+    # over, whose rows (the versions holding from ``since`` on) follow the clusters' images and what changed since
+    kept_histories: frozenset[str] = frozenset()
 
     def shared(self, name: str, frame: DataFrame) -> DataFrame:
         """``frame``, which several builders build alike from these inputs: where the analysis keeps such frames,
@@ -54,7 +57,10 @@ class Inputs:
     def history(self, kind: str, whole: bool = False) -> DataFrame:
         """The history of ``kind``; ``whole``: every version, also in an incremental analysis (for small
         histories that events from ``since`` on look back into, as a topic's name used before)."""
-        return self.whole[kind] if whole and self.whole is not None else self.histories[kind]
+        if whole and self.whole is not None:
+            return self.whole[kind]
+        rows = self.histories[kind]
+        return self.shared(f"{kind} history", rows) if kind in self.kept_histories else rows
 
     def from_since(self, df: DataFrame, offset: str) -> DataFrame:
         """The rows of ``df`` whose ``offset`` column is at or after ``since`` in the clusters going on (every row of

@@ -456,8 +456,12 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
         if (folds := plan.folds(kind)) is not None:
             by_kind[kind] = dataclasses.replace(by_kind[kind], folded=folds[0], built=_built(store, folds[1]))
     if kept is not None:
-        # one keeper per set of inputs, however many kinds read it (POINT and WINDOW read one)
-        keeping = {id(x): dataclasses.replace(x, keep=kept.keeper()) for x in by_kind.values()}
+        # one keeper per set of inputs, however many kinds read it (POINT and WINDOW read one); where every cluster
+        # goes on, the partition versions POINT and WINDOW tables read are kept as read: five partition tables read
+        # them eight times (a scan of every current version of the clusters each, 550k rows at 5M records)
+        histories = {id(later): frozenset({"partitions"})} if plan.only_going_on else {}
+        keeping = {id(x): dataclasses.replace(x, keep=kept.keeper(), kept_histories=histories.get(id(x), frozenset()))
+                   for x in by_kind.values()}
         by_kind = {kind: keeping[id(x)] for kind, x in by_kind.items()}
     any_open = any(cut.floor is not None for cut in plan.going_on.values())
     with ThreadPoolExecutor(2) as pool:  # (found while the first tables are planned)

@@ -531,6 +531,37 @@ class TableStore(ABC):
             self.after_commit(table.name)
 
 
+# delta-rs parses a delete's predicate on the calling thread, recursing once per item of an IN list (some 380 bytes
+# of stack each): past about 20k items a thread's default 8 MB stack overflows and the process dies with SIGSEGV
+# (delta-io/delta-rs#2798). An increment names up to ``TOPICS_NAMED`` partitions so.
+DEEP_STACK = 256 << 20
+_stack_size = threading.Lock()
+
+
+def on_deep_stack(call: Callable[[], Any]) -> Any:
+    """``call()`` on a thread of its own with a stack of ``DEEP_STACK`` bytes (reserved, used as touched): its result,
+    or its exception raised here."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = call()
+        except BaseException as e:  # (raised again on the caller's thread)
+            out["error"] = e
+
+    with _stack_size:  # (threading.stack_size is the process's setting for threads started after it)
+        before = threading.stack_size(DEEP_STACK)
+        try:
+            worker = threading.Thread(target=run, name="kraftlog-deep-stack")
+            worker.start()
+        finally:
+            threading.stack_size(before)
+    worker.join()
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
 class DeltaRsStore(TableStore):
     """Delta tables written by executors (Parquet) and committed with delta-rs on the driver."""
 
@@ -633,7 +664,8 @@ class DeltaRsStore(TableStore):
         dt = self.table(table)
         if self._committed(dt.transaction_version(DELETE_APP), run_seq):
             return
-        dt.delete(predicate, commit_properties=CommitProperties(app_transactions=[Transaction(DELETE_APP, run_seq)]))
+        properties = CommitProperties(app_transactions=[Transaction(DELETE_APP, run_seq)])
+        on_deep_stack(lambda: dt.delete(predicate, commit_properties=properties))
         self._committed_to(table)
 
     def _append(self, table: TableDef, files: list[StagedFile], m: Manifest) -> None:
@@ -667,7 +699,7 @@ class DeltaRsStore(TableStore):
             dt.create_write_transaction(actions, mode="overwrite", schema=table.schema,
                                         partition_by=list(table.partition_by) or None, commit_properties=meta)
         else:  # delta-rs commits a predicate delete and an append separately
-            dt.delete(where, commit_properties=meta)
+            on_deep_stack(lambda: dt.delete(where, commit_properties=meta))
             if actions:
                 dt.create_write_transaction(actions, mode="append", schema=table.schema,
                                             partition_by=list(table.partition_by) or None, commit_properties=meta)
