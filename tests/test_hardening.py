@@ -10,6 +10,7 @@ import shutil
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -241,6 +242,45 @@ def test_a_directory_that_is_not_a_warehouse_is_never_written_into(tmp_path: Pat
     result = CliRunner().invoke(main, ["ingest", str(need(SCENARIO_A / "node-2")), "--warehouse", str(other)])
     assert result.exit_code == 1 and "not a kraftlog warehouse" in result.output and "q3.csv" in result.output
     assert sorted(p.name for p in other.iterdir()) == ["q3.csv"]
+
+
+def test_a_warehouse_another_run_makes_while_one_looks_is_listed_again(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs started together on a new warehouse (CI, on S3): one lists it and finds nothing, the other takes the
+    lease, which makes it, then the first checks that nothing is there. It is a directory now, of kraftlog's: the
+    first goes on (and waits for the lease); it used to fail with "not a directory, so not a kraftlog warehouse"."""
+    from kraftlog.spark.store import NotAWarehouseError, check_warehouse
+    from kraftlog.storage import Storage, StorageError
+
+    storage = Storage.from_environment()
+    wh = tmp_path / "wh"
+
+    real = Storage.lister
+    looked: list[str] = []
+
+    def racing(self: Storage) -> Any:  # the first listing finds nothing; the other run's lease lands right after
+        listing = real(self)
+
+        def lister(path: str) -> list[Any]:
+            if looked:
+                return listing(path)
+            looked.append(path)
+            (wh / "_kraftlog" / "lease").mkdir(parents=True)
+            raise StorageError(f"{path}: no such directory")
+        return lister
+
+    monkeypatch.setattr(Storage, "lister", racing)
+    check_warehouse(storage, str(wh))  # no error: listed again, it holds kraftlog's lease
+    assert looked == [f"file:{wh}"]
+    monkeypatch.undo()
+    check_warehouse(storage, str(tmp_path / "new"))  # nothing there: a new warehouse
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotAWarehouseError, match="not a directory"):
+        check_warehouse(storage, str(tmp_path / "file"))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "q3.csv").write_text("a,b\n")
+    with pytest.raises(NotAWarehouseError, match=r"q3\.csv"):
+        check_warehouse(storage, str(tmp_path / "other"))
 
 
 @pytest.mark.spark

@@ -903,13 +903,21 @@ class NotAWarehouseError(KraftlogError):
 
 
 def check_warehouse(storage: Storage, warehouse: str) -> None:
-    """Raise ``NotAWarehouseError`` when ``warehouse`` exists, holds something, and none of it is kraftlog's."""
-    try:
-        entries = [e.name for e in storage.lister()(normalize(warehouse)) if not e.name.startswith(".")]
-    except (FileNotFoundError, NotADirectoryError, OSError) as e:
-        if isinstance(e, NotADirectoryError) or storage.exists(normalize(warehouse)):
-            raise NotAWarehouseError(f"{warehouse}: not a directory, so not a kraftlog warehouse") from e
-        return  # a new warehouse
+    """Raise ``NotAWarehouseError`` when ``warehouse`` exists, holds something, and none of it is kraftlog's.
+
+    A new warehouse another run makes while this one looks (its lease, taken between this run's listing, which found
+    nothing, and its check that nothing is there) is a directory then: listed again, not taken for a file."""
+    uri = normalize(warehouse)
+    entries: list[str] = []
+    for again in (False, True):
+        try:
+            entries = [e.name for e in storage.lister()(uri) if not e.name.startswith(".")]
+            break
+        except (FileNotFoundError, NotADirectoryError, OSError) as e:
+            if not isinstance(e, NotADirectoryError) and not storage.exists(uri):
+                return  # a new warehouse
+            if isinstance(e, NotADirectoryError) or again or not storage.is_dir(uri):
+                raise NotAWarehouseError(f"{warehouse}: not a directory, so not a kraftlog warehouse") from e
     ours = {"_kraftlog", *(t.name for t in catalog().core.values())}
     if entries and not ours.intersection(entries):
         shown = ", ".join(sorted(entries)[:5]) + (" ..." if len(entries) > 5 else "")
