@@ -261,13 +261,16 @@ class Storage:
         config = tuple(sorted((_S3_CONFIG[k], v) for k, v in self.options.items() if k in _S3_CONFIG))
         return _obstore(root, config, self.endpoint.startswith("http://")), key
 
-    def exists(self, uri: str) -> bool:
+    def file_type(self, uri: str) -> pafs.FileType:
+        """What ``uri`` is: a file, a directory, or not found (one request)."""
         filesystem, path = self.filesystem(uri)
-        return bool(filesystem.get_file_info(path).type != pafs.FileType.NotFound)
+        return filesystem.get_file_info(path).type
+
+    def exists(self, uri: str) -> bool:
+        return self.file_type(uri) != pafs.FileType.NotFound
 
     def is_dir(self, uri: str) -> bool:
-        filesystem, path = self.filesystem(uri)
-        return bool(filesystem.get_file_info(path).type == pafs.FileType.Directory)
+        return self.file_type(uri) == pafs.FileType.Directory
 
 
 # pyarrow's file systems whose "folders" are only key prefixes: nothing to create before writing a key

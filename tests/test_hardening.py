@@ -283,6 +283,27 @@ def test_a_warehouse_another_run_makes_while_one_looks_is_listed_again(tmp_path:
         check_warehouse(storage, str(tmp_path / "other"))
 
 
+def test_a_call_on_a_deep_stack_gives_its_result_or_raises_its_error_here() -> None:
+    """delta-rs deletes run on a thread of ``DEEP_STACK`` bytes (an IN list of 20k+ items overflows 8 MB): the call's
+    value comes back, its exception is raised on the caller's thread, and threads started after keep the default (the
+    depth itself: test_increments' delete naming 30,000 partitions)."""
+    import threading
+
+    from kraftlog.spark.store import DEEP_STACK, on_deep_stack
+
+    before = threading.stack_size()
+    assert DEEP_STACK > 8 << 20 and before != DEEP_STACK
+    assert on_deep_stack(lambda: threading.current_thread().name).startswith("kraftlog-deep-stack")
+    assert threading.stack_size() == before
+
+    def failing() -> None:
+        raise ValueError("bad predicate")
+
+    with pytest.raises(ValueError, match="bad predicate"):
+        on_deep_stack(failing)
+    assert threading.stack_size() == before
+
+
 @pytest.mark.spark
 def test_allow_empty_accepts_an_input_without_data(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from click.testing import CliRunner

@@ -55,8 +55,9 @@ class Inputs:
         return frame if self.keep is None else self.keep(name, frame)
 
     def history(self, kind: str, whole: bool = False) -> DataFrame:
-        """The history of ``kind``; ``whole``: every version, also in an incremental analysis (for small
-        histories that events from ``since`` on look back into, as a topic's name used before)."""
+        """The history of ``kind``, kept as first read where ``kind`` is in ``kept_histories``; ``whole``: every
+        version, also in an incremental analysis (for small histories that events from ``since`` on look back into,
+        as a topic's name used before)."""
         if whole and self.whole is not None:
             return self.whole[kind]
         rows = self.histories[kind]

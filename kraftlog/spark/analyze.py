@@ -459,8 +459,9 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
         # one keeper per set of inputs, however many kinds read it (POINT and WINDOW read one); where every cluster
         # goes on, the partition versions POINT and WINDOW tables read are kept as read: five partition tables read
         # them eight times (a scan of every current version of the clusters each, 550k rows at 5M records)
-        histories = {id(later): frozenset({"partitions"})} if plan.only_going_on else {}
-        keeping = {id(x): dataclasses.replace(x, keep=kept.keeper(), kept_histories=histories.get(id(x), frozenset()))
+        partitions = frozenset({"partitions"} if plan.only_going_on else ())
+        keeping = {id(x): dataclasses.replace(x, keep=kept.keeper(),
+                                              kept_histories=partitions if x is later else frozenset())
                    for x in by_kind.values()}
         by_kind = {kind: keeping[id(x)] for kind, x in by_kind.items()}
     any_open = any(cut.floor is not None for cut in plan.going_on.values())

@@ -541,25 +541,14 @@ _stack_size = threading.Lock()
 def on_deep_stack(call: Callable[[], Any]) -> Any:
     """``call()`` on a thread of its own with a stack of ``DEEP_STACK`` bytes (reserved, used as touched): its result,
     or its exception raised here."""
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["value"] = call()
-        except BaseException as e:  # (raised again on the caller's thread)
-            out["error"] = e
-
-    with _stack_size:  # (threading.stack_size is the process's setting for threads started after it)
-        before = threading.stack_size(DEEP_STACK)
-        try:
-            worker = threading.Thread(target=run, name="kraftlog-deep-stack")
-            worker.start()
-        finally:
-            threading.stack_size(before)
-    worker.join()
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
+    with ThreadPoolExecutor(1, thread_name_prefix="kraftlog-deep-stack") as pool:
+        with _stack_size:  # (threading.stack_size is the process's setting for threads started after it)
+            before = threading.stack_size(DEEP_STACK)
+            try:
+                done = pool.submit(call)  # (starts the pool's one thread, on the deep stack)
+            finally:
+                threading.stack_size(before)
+        return done.result()
 
 
 class DeltaRsStore(TableStore):
@@ -664,9 +653,13 @@ class DeltaRsStore(TableStore):
         dt = self.table(table)
         if self._committed(dt.transaction_version(DELETE_APP), run_seq):
             return
-        properties = CommitProperties(app_transactions=[Transaction(DELETE_APP, run_seq)])
-        on_deep_stack(lambda: dt.delete(predicate, commit_properties=properties))
+        self._delete_rows(dt, predicate, CommitProperties(app_transactions=[Transaction(DELETE_APP, run_seq)]))
         self._committed_to(table)
+
+    @staticmethod
+    def _delete_rows(dt: Any, predicate: str, properties: Any) -> None:
+        """One delta-rs predicate delete, committed with ``properties``, on a stack deep enough for its IN lists."""
+        on_deep_stack(lambda: dt.delete(predicate, commit_properties=properties))
 
     def _append(self, table: TableDef, files: list[StagedFile], m: Manifest) -> None:
         from deltalake import CommitProperties, Transaction
@@ -699,7 +692,7 @@ class DeltaRsStore(TableStore):
             dt.create_write_transaction(actions, mode="overwrite", schema=table.schema,
                                         partition_by=list(table.partition_by) or None, commit_properties=meta)
         else:  # delta-rs commits a predicate delete and an append separately
-            on_deep_stack(lambda: dt.delete(where, commit_properties=meta))
+            self._delete_rows(dt, where, meta)
             if actions:
                 dt.create_write_transaction(actions, mode="append", schema=table.schema,
                                             partition_by=list(table.partition_by) or None, commit_properties=meta)
@@ -908,16 +901,16 @@ def check_warehouse(storage: Storage, warehouse: str) -> None:
     A new warehouse another run makes while this one looks (its lease, taken between this run's listing, which found
     nothing, and its check that nothing is there) is a directory then: listed again, not taken for a file."""
     uri = normalize(warehouse)
-    entries: list[str] = []
-    for again in (False, True):
-        try:
-            entries = [e.name for e in storage.lister()(uri) if not e.name.startswith(".")]
-            break
-        except (FileNotFoundError, NotADirectoryError, OSError) as e:
-            if not isinstance(e, NotADirectoryError) and not storage.exists(uri):
-                return  # a new warehouse
-            if isinstance(e, NotADirectoryError) or again or not storage.is_dir(uri):
-                raise NotAWarehouseError(f"{warehouse}: not a directory, so not a kraftlog warehouse") from e
+    try:
+        listed = storage.lister()(uri)
+    except OSError as e:  # (no such directory, or not a directory)
+        found = storage.file_type(uri)
+        if found == pafs.FileType.NotFound:
+            return  # a new warehouse
+        if found != pafs.FileType.Directory:
+            raise NotAWarehouseError(f"{warehouse}: not a directory, so not a kraftlog warehouse") from e
+        listed = storage.lister()(uri)  # made since it was listed (another run's lease)
+    entries = [e.name for e in listed if not e.name.startswith(".")]
     ours = {"_kraftlog", *(t.name for t in catalog().core.values())}
     if entries and not ours.intersection(entries):
         shown = ", ".join(sorted(entries)[:5]) + (" ..." if len(entries) > 5 else "")
