@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         config = local_config(args.cores)
         spark = build_session(config)
         spark.range(4).repartition(args.cores).mapInArrow(lambda it: it, "id long").collect()  # start workers
-        jvm_pid = int(spark._jvm.ProcessHandle.current().pid())  # type: ignore[attr-defined]
+        jvm_pid = int(spark._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
         for name, inputs in (("corpus", args.corpus), (f"corpus x{args.copies}", big)):
             runs = []
             peak_kb = 0

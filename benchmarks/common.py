@@ -82,6 +82,29 @@ def with_warehouse(config: Any, work: Path, name: str) -> Any:
     return Config.load(**{**config.data, "warehouse": {"path": str(work / f"wh-{name.replace(' ', '')}")}})
 
 
+def profile_toml(data: dict[str, Any], path: Path) -> Path:
+    """A profile's ``data`` (``Config.data``: sections of scalars, nested) written as a TOML file for ``--profile``."""
+    def value(v: Any) -> str:
+        return ("true" if v else "false") if isinstance(v, bool) else json.dumps(v)
+
+    lines: list[str] = []
+
+    def section(name: str, table: dict[str, Any]) -> None:
+        lines.append(f"[{name}]")
+        lines.extend(f"{json.dumps(k)} = {value(v)}" for k, v in table.items()
+                     if not isinstance(v, dict | list))
+        for k, v in table.items():
+            if isinstance(v, dict):
+                section(f"{name}.{json.dumps(k)}", v)
+            elif isinstance(v, list) and v:
+                raise ValueError(f"{name}.{k}: a list, not written")
+
+    for name, table in data.items():
+        section(json.dumps(name), table)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def save_results(path: Path | None, results: dict[str, Any]) -> None:
     """Write the results as JSON (``--json``), if asked."""
     if path:
