@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, save_results
+from common import ROOT, run_command, save_results
 
 sys.path.insert(0, str(ROOT / "tests"))
 from services import (
@@ -42,14 +40,6 @@ from services import (
 BIN = Path(sys.executable).parent
 STEPS = ("ingest", "reconstruct", "analyze")
 JOBS = {"ingest": "ingest.py", "reconstruct": "reconstruct.py", "analyze": "analytics.py"}
-
-
-def _run(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
-    t0 = time.time()
-    run = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=3600)
-    if run.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{(run.stdout + run.stderr)[-4000:]}")
-    return time.time() - t0
 
 
 @contextmanager
@@ -90,7 +80,7 @@ def pipeline(path: str, source: Path, name: str, svc: dict[str, Any], work: Path
         else:
             env = {**env, "SPARK_REMOTE": svc["remote"]}
             cmd = [sys.executable, str(ROOT / "jobs" / JOBS[step]), *args]
-        out[step] = round(_run(cmd, env, work), 1)
+        out[step] = round(run_command(cmd, env, work)[0], 1)
     out["total"] = round(sum(out.values()), 1)
     return out
 

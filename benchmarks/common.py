@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -83,16 +85,13 @@ def with_warehouse(config: Any, work: Path, name: str) -> Any:
 
 
 def profile_toml(data: dict[str, Any], path: Path) -> Path:
-    """A profile's ``data`` (``Config.data``: sections of scalars, nested) written as a TOML file for ``--profile``."""
-    def value(v: Any) -> str:
-        return ("true" if v else "false") if isinstance(v, bool) else json.dumps(v)
-
+    """A profile's ``data`` (``Config.data``: sections of scalars, nested) written as a TOML file for ``--profile``
+    (a JSON string, number or boolean is a TOML one too)."""
     lines: list[str] = []
 
     def section(name: str, table: dict[str, Any]) -> None:
         lines.append(f"[{name}]")
-        lines.extend(f"{json.dumps(k)} = {value(v)}" for k, v in table.items()
-                     if not isinstance(v, dict | list))
+        lines.extend(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in table.items() if not isinstance(v, dict | list))
         for k, v in table.items():
             if isinstance(v, dict):
                 section(f"{name}.{json.dumps(k)}", v)
@@ -103,6 +102,16 @@ def profile_toml(data: dict[str, Any], path: Path) -> Path:
         section(json.dumps(name), table)
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def run_command(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, str]:
+    """Seconds ``cmd`` took from start to exit, and its standard output; its output's tail in the error if it
+    fails."""
+    t0 = time.perf_counter()
+    run = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=3600)
+    if run.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{(run.stdout + run.stderr)[-4000:]}")
+    return time.perf_counter() - t0, run.stdout
 
 
 def save_results(path: Path | None, results: dict[str, Any]) -> None:
