@@ -1,8 +1,9 @@
-"""The example Airflow DAG parses, wires ingest -> reconstruct -> analytics -> report, and renders arguments
-that kraftlog's own jobs accept."""
+"""The example Airflow DAG parses, wires ingest -> reconstruct -> analytics -> report -> maintain (or, shaped as one
+application, pipeline -> maintain), and renders arguments that kraftlog's own jobs accept."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,31 +17,38 @@ from kraftlog.spark.session import job_parser
 DAG_DIR = ROOT / "jobs" / "airflow"
 
 
-@pytest.fixture(scope="module")
-def dag(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    mp = pytest.MonkeyPatch()
-    mp.setenv("AIRFLOW_HOME", str(tmp_path_factory.mktemp("airflow-home")))
-    mp.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+def _dags(airflow_home: Path, **env: str) -> Any:
+    """The DAGs of ``DAG_DIR`` as Airflow parses them with ``env`` set (``KRAFTLOG_*``: read at parse time)."""
     pytest.importorskip("airflow.providers.apache.spark",
                         reason="Airflow and its Spark provider are not installed (pip install -e '.[airflow]')")
     from airflow.dag_processing.dagbag import DagBag
 
-    bag = DagBag(dag_folder=str(DAG_DIR))
-    mp.undo()
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AIRFLOW_HOME", str(airflow_home))
+    mp.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    for key, value in env.items():
+        mp.setenv(key, value)
+    try:
+        bag = DagBag(dag_folder=str(DAG_DIR))
+    finally:
+        mp.undo()
     assert bag.import_errors == {}
     return bag.dags["kraftlog"]
 
 
-def test_dag_ships_the_packed_environment_when_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("airflow.providers.apache.spark")
-    from airflow.dag_processing.dagbag import DagBag
+@pytest.fixture(scope="module")
+def dag(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _dags(tmp_path_factory.mktemp("airflow-home"))
 
-    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
-    monkeypatch.setenv("KRAFTLOG_ARCHIVES", "s3a://lake/dist/kraftlog-env.tar.gz")
-    monkeypatch.setenv("KRAFTLOG_DEPLOY_MODE", "cluster")
-    bag = DagBag(dag_folder=str(DAG_DIR))
-    assert bag.import_errors == {}
-    for task in bag.dags["kraftlog"].tasks:
+
+@pytest.fixture(scope="module")
+def one_app_dag(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _dags(tmp_path_factory.mktemp("airflow-home"), KRAFTLOG_DAG_SHAPE="one")
+
+
+def test_dag_ships_the_packed_environment_when_told(tmp_path: Path) -> None:
+    dag = _dags(tmp_path, KRAFTLOG_ARCHIVES="s3a://lake/dist/kraftlog-env.tar.gz", KRAFTLOG_DEPLOY_MODE="cluster")
+    for task in dag.tasks:
         assert task._archives == "s3a://lake/dist/kraftlog-env.tar.gz#env"
         assert task.conf == {"spark.pyspark.python": "./env/bin/python",
                              "spark.pyspark.driver.python": "./env/bin/python"}
@@ -59,8 +67,8 @@ def test_dag_wires_the_jobs_in_order(dag: Any) -> None:
     assert dag.max_active_runs == 1 and dag.tasks[0].retries >= 1
 
 
-def test_dag_renders_the_data_interval_into_job_arguments(dag: Any) -> None:
-    """Each task's templated arguments, rendered for the run of 03:00-04:00, parse with its job's parser."""
+def _rendered(dag: Any) -> dict[str, Any]:
+    """Each task's templated arguments, rendered for the run of 03:00-04:00 and parsed with its job's parser."""
     import pendulum
 
     start, end = pendulum.datetime(2026, 11, 21, 3, tz="UTC"), pendulum.datetime(2026, 11, 21, 4, tz="UTC")
@@ -80,18 +88,50 @@ def test_dag_renders_the_data_interval_into_job_arguments(dag: Any) -> None:
         assert not any("{{" in a for a in argv), argv
         job = load_job(Path(task.application).stem)
         parsed[task.task_id] = job_parser(task.task_id, getattr(job, "_options", None)).parse_args(argv)
+    return parsed
+
+
+HOUR = (datetime(2026, 11, 21, 3, tzinfo=UTC), datetime(2026, 11, 21, 4, tzinfo=UTC))
+
+
+def test_dag_renders_the_data_interval_into_job_arguments(dag: Any) -> None:
+    parsed = _rendered(dag)
     assert parsed["ingest"].inputs == ["s3a://archive/a,s3a://archive/b"]  # split by jobs/ingest.py
     assert parsed["ingest"].profile.endswith("conf/cluster.toml")
     assert parsed["reconstruct"].verify
     report = parsed["report"]
-    assert (report.start, report.end) == (datetime(2026, 11, 21, 3, tzinfo=UTC), datetime(2026, 11, 21, 4, tzinfo=UTC))
+    assert (report.start, report.end) == HOUR
     assert str(report.out_dir).endswith("/20261121T0400")
 
 
+def test_dag_as_one_application_runs_the_pipeline_then_upkeep(one_app_dag: Any) -> None:
+    """``KRAFTLOG_DAG_SHAPE=one``: one spark-submit of jobs/pipeline.py an hour (ingest, reconstruct with verify,
+    analytics and the hour's reports), then maintain."""
+    assert [t.task_id for t in one_app_dag.topological_sort()] == ["pipeline", "maintain"]
+    assert one_app_dag.get_task("maintain").upstream_task_ids == {"pipeline"}
+    run = _rendered(one_app_dag)["pipeline"]
+    assert run.inputs == ["s3a://archive/a,s3a://archive/b"] and run.verify
+    assert (run.start, run.end) == HOUR and run.report_dir.endswith("/20261121T0400")
+    assert run.profile.endswith("conf/cluster.toml")
+
+
+def test_dag_refuses_a_shape_it_does_not_know(tmp_path: Path) -> None:
+    pytest.importorskip("airflow.providers.apache.spark")
+    from airflow.dag_processing.dagbag import DagBag
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIRFLOW_HOME", str(tmp_path))
+        mp.setenv("KRAFTLOG_DAG_SHAPE", "single")
+        bag = DagBag(dag_folder=str(DAG_DIR))
+    assert "KRAFTLOG_DAG_SHAPE='single'" in "".join(bag.import_errors.values())
+
+
 @pytest.mark.slow
-def test_dag_runs_end_to_end_with_spark_submit(dag: Any, tmp_path: Path) -> None:
-    """``airflow dags test``: the five tasks run for real (spark-submit on local[2]) over the bundled sample, for
-    the 03:00-04:00 interval, and leave the tables and the report of that hour."""
+@pytest.mark.parametrize(("shape", "tasks"), [("steps", ["ingest", "reconstruct", "analytics", "report", "maintain"]),
+                                              ("one", ["pipeline", "maintain"])])
+def test_dag_runs_end_to_end_with_spark_submit(dag: Any, tmp_path: Path, shape: str, tasks: list[str]) -> None:
+    """``airflow dags test``: the tasks run for real (spark-submit on local[2]) over the bundled sample, for the
+    03:00-04:00 interval, and leave the tables and the report of that hour; a task per step, or one application."""
     import os
     import subprocess
     import sys
@@ -109,12 +149,14 @@ def test_dag_runs_end_to_end_with_spark_submit(dag: Any, tmp_path: Path) -> None
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
            "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
            "AIRFLOW_VAR_KRAFTLOG_CONF": str(profile), "AIRFLOW_VAR_KRAFTLOG_REPORTS": str(reports),
-           "AIRFLOW_VAR_KRAFTLOG_INPUTS": str(ROOT / "samples" / "scenario-a")}
+           "AIRFLOW_VAR_KRAFTLOG_INPUTS": str(ROOT / "samples" / "scenario-a"), "KRAFTLOG_DAG_SHAPE": shape}
     airflow = str(bin_dir / "airflow")
     for cmd in (["db", "migrate"], ["dags", "reserialize"], ["dags", "test", "kraftlog", "2026-11-21T04:00:00+00:00"]):
         run = subprocess.run([airflow, *cmd], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=1200)
         assert run.returncode == 0, (cmd, run.stdout[-3000:], run.stderr[-3000:])
-    assert "state=success" in run.stdout + run.stderr
+    out = run.stdout + run.stderr
+    assert "state=success" in out  # the run's, once its tasks all succeeded
+    assert re.findall(r"\[DAG TEST\] end task task_id=(\w+)", out) == tasks
     assert DeltaTable(str(wh / "leader_elections")).count() > 0  # ingest, reconstruct and analytics ran
     page = (reports / "20261121T0400" / "report-T4vFxmI9RFCnFwCmltnwag.html").read_text()
     assert "2026-11-21 03:00:00 UTC to 2026-11-21 04:00:00 UTC" in page and "<td>unclean</td>" in page
