@@ -113,6 +113,25 @@ def test_a_read_is_one_get_and_a_delete_one_request(s3: dict[str, str], moto_dir
     assert not storage.exists("s3://kraftlog/reads/a/b/x.json") and not storage.exists(uri)
 
 
+def test_a_warehouse_on_s3_is_checked_as_a_local_one_is(s3: dict[str, str]) -> None:
+    """check_warehouse on S3: nothing under the prefix, a new warehouse; an object at the warehouse's own key (S3
+    lists it as an empty folder) refused as a local file is; other things under it refused, named; kraftlog's
+    tables under it, a warehouse."""
+    from kraftlog.spark.store import NotAWarehouseError, check_warehouse
+    from kraftlog.storage import Storage
+
+    storage = Storage.from_environment(environ=s3)
+    check_warehouse(storage, "s3://kraftlog/check/new")
+    storage.write_bytes("s3://kraftlog/check/file", b"x")
+    with pytest.raises(NotAWarehouseError, match="a file, not a directory"):
+        check_warehouse(storage, "s3://kraftlog/check/file")
+    storage.write_bytes("s3://kraftlog/check/other/q3.csv", b"a,b\n")
+    with pytest.raises(NotAWarehouseError, match=r"q3\.csv"):
+        check_warehouse(storage, "s3://kraftlog/check/other")
+    storage.write_bytes("s3://kraftlog/check/ours/_kraftlog/lease", b"{}")
+    check_warehouse(storage, "s3://kraftlog/check/ours")
+
+
 def test_executors_read_parquet_with_no_request_for_its_size(spark: Any, s3: dict[str, str], moto_dir: Path) -> None:
     """Where Spark has no connector for the store, executors read the Parquet files of a table (or of a run's
     staging) with pyarrow, handed each file's size (from the Delta log, a listing or the file's staging): a file

@@ -53,6 +53,7 @@ from kraftlog.spark.inputs import FileGroups, FileSpec
 from kraftlog.spark.session import default_parallelism, is_connect
 from kraftlog.storage import Storage, is_local, join, normalize, open_output, scheme
 from kraftlog.tables.definitions import TableDef, catalog
+from kraftlog.wire.discover import Entry
 
 log = logging.getLogger("kraftlog")
 
@@ -896,20 +897,26 @@ class NotAWarehouseError(KraftlogError):
 
 
 def check_warehouse(storage: Storage, warehouse: str) -> None:
-    """Raise ``NotAWarehouseError`` when ``warehouse`` exists, holds something, and none of it is kraftlog's.
+    """Raise ``NotAWarehouseError`` when ``warehouse`` is a file, or exists, holds something, and none of it is
+    kraftlog's.
 
-    A new warehouse another run makes while this one looks (its lease, taken between this run's listing, which found
-    nothing, and its check that nothing is there) is a directory then: listed again, not taken for a file."""
+    Where the listing finds nothing, one look at what the path is: not found, a new warehouse; a file (a local one
+    fails to list; an object store lists an object's key as an empty folder), refused; a directory, made by another
+    run's lease since a listing that failed, listed again (not taken for a file)."""
     uri = normalize(warehouse)
+    listed: list[Entry] | None
     try:
         listed = storage.lister()(uri)
-    except OSError as e:  # (no such directory, or not a directory)
+    except OSError:  # (no such directory, or not a directory)
+        listed = None
+    if not listed:
         found = storage.file_type(uri)
         if found == pafs.FileType.NotFound:
             return  # a new warehouse
         if found != pafs.FileType.Directory:
-            raise NotAWarehouseError(f"{warehouse}: not a directory, so not a kraftlog warehouse") from e
-        listed = storage.lister()(uri)  # made since it was listed (another run's lease)
+            raise NotAWarehouseError(f"{warehouse}: a file, not a directory, so not a kraftlog warehouse")
+        if listed is None:
+            listed = storage.lister()(uri)  # made since it was listed (another run's lease)
     entries = [e.name for e in listed if not e.name.startswith(".")]
     ours = {"_kraftlog", *(t.name for t in catalog().core.values())}
     if entries and not ours.intersection(entries):
