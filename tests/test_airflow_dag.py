@@ -17,21 +17,21 @@ from kraftlog.spark.session import job_parser
 DAG_DIR = ROOT / "jobs" / "airflow"
 
 
-def _dags(airflow_home: Path, **env: str) -> Any:
-    """The DAGs of ``DAG_DIR`` as Airflow parses them with ``env`` set (``KRAFTLOG_*``: read at parse time)."""
+def _bag(airflow_home: Path, **env: str) -> Any:
+    """The ``DagBag`` of ``DAG_DIR`` as Airflow parses it with ``env`` set (``KRAFTLOG_*``: read at parse time)."""
     pytest.importorskip("airflow.providers.apache.spark",
                         reason="Airflow and its Spark provider are not installed (pip install -e '.[airflow]')")
     from airflow.dag_processing.dagbag import DagBag
 
-    mp = pytest.MonkeyPatch()
-    mp.setenv("AIRFLOW_HOME", str(airflow_home))
-    mp.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-    for key, value in env.items():
-        mp.setenv(key, value)
-    try:
-        bag = DagBag(dag_folder=str(DAG_DIR))
-    finally:
-        mp.undo()
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {"AIRFLOW_HOME": str(airflow_home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", **env}.items():
+            mp.setenv(key, value)
+        return DagBag(dag_folder=str(DAG_DIR))
+
+
+def _dags(airflow_home: Path, **env: str) -> Any:
+    """The ``kraftlog`` DAG as Airflow parses it with ``env`` set, parsed with no import error."""
+    bag = _bag(airflow_home, **env)
     assert bag.import_errors == {}
     return bag.dags["kraftlog"]
 
@@ -116,13 +116,7 @@ def test_dag_as_one_application_runs_the_pipeline_then_upkeep(one_app_dag: Any) 
 
 
 def test_dag_refuses_a_shape_it_does_not_know(tmp_path: Path) -> None:
-    pytest.importorskip("airflow.providers.apache.spark")
-    from airflow.dag_processing.dagbag import DagBag
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AIRFLOW_HOME", str(tmp_path))
-        mp.setenv("KRAFTLOG_DAG_SHAPE", "single")
-        bag = DagBag(dag_folder=str(DAG_DIR))
+    bag = _bag(tmp_path, KRAFTLOG_DAG_SHAPE="single")
     assert "KRAFTLOG_DAG_SHAPE='single'" in "".join(bag.import_errors.values())
 
 
