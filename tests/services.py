@@ -159,7 +159,10 @@ def spark_home() -> Path:
 # what a JVM the tests start (a job, a master, a worker, an executor, a Connect server) runs with: code compiled by
 # C1 alone and the serial collector. Each lives a minute or two over tiny inputs, too short for C2's compiles (on the
 # two cores that also run the job) to pay back: the sample's ``kraftlog run`` 87 -> 69 s. It changes no result.
-SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# With C1 alone the JVM reserves 48 MB of code cache, not the 240 MB of tiered compilation: the Connect server, which
+# serves every job of a test, filled it (CI: "CodeCache is full. Compiler has been disabled", then a fatal "Out of
+# space in CodeCache" that stopped its SparkContext); so the tiered size is kept.
+SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC"
 
 
 def spark_env(extra: dict[str, str] | None = None) -> dict[str, str]:
