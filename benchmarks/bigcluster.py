@@ -6,14 +6,18 @@
 The generator keeps its own model of the cluster and writes what a KRaft controller would:
 
 * bootstrap: ``metadata.version`` in a metadata transaction, the controllers, then every broker
-  registered (racks round-robin) and unfenced;
+  registered (racks round-robin) and unfenced, and the cluster default ``min.insync.replicas=2`` (with
+  replication factor 3, as production clusters that produce with ``acks=all`` run);
 * topics: TopicRecord, PartitionRecords (replicas spread over the racks, the first is the leader),
-  some topic configs; each batch of creations is a metadata transaction, as Kafka writes big creations;
+  some topic configs (``retention.ms``; ``min.insync.replicas`` 1 on a few, 3 on fewer: those are under
+  it whenever one replica is out); each batch of creations is a metadata transaction, as Kafka writes
+  big creations;
 * then rounds until ``--records`` non-NoOp records are written: a rolling restart of every broker
   (controlled shutdown, leaders moved off, ISR shrunk, fenced, re-registered with a new epoch,
   unfenced, ISR expanded, preferred leaders restored), one broker crash (ISR and leader changes
   without a controlled shutdown), reassignments (adding replicas, then the new assignment),
-  config and client-quota churn, topic deletes and creations, producer id blocks, a controller
+  config (``retention.ms``, ``cleanup.policy``, ``min.insync.replicas`` of topics, of a broker) and
+  client-quota churn, topic deletes and creations, producer id blocks, a controller
   failover (LeaderChange, a new epoch for the batches), NoOp records between operations;
 * segments roll every ``--segment-records`` records; a snapshot of the model is written half-way
   and at the end (``<endOffset>-<epoch>.checkpoint``), so verification has something to check.
@@ -48,7 +52,12 @@ _CONTROL = {spec.dump_name: spec for spec in S.control.values()}
 _ENCODERS: dict[str, Encoder] = {}
 VERSIONS = {"REGISTER_BROKER_RECORD": 1, "BROKER_REGISTRATION_CHANGE_RECORD": 1, "PARTITION_RECORD": 1}
 T0 = 1_760_000_000_000  # ms
-GENERATOR_VERSION = 2  # part of the benchmarks' cache key: bump when the output changes
+TOPIC, BROKER = 2, 4  # ConfigResource types
+MIN_ISR = "min.insync.replicas"
+# the topic configs the churn sets (a value of None deletes the config)
+CHURNED: dict[str, list[str | None]] = {"retention.ms": ["604800000", "86400000", None],
+                                        "cleanup.policy": ["delete", "compact", None], MIN_ISR: ["1", "2", "3", None]}
+GENERATOR_VERSION = 3  # part of the benchmarks' cache key: bump when the output changes
 
 
 def uid(n: int) -> str:
@@ -223,6 +232,7 @@ class Cluster:
             b.fenced = False
             self.log.append([metadata("BROKER_REGISTRATION_CHANGE_RECORD", broker_id=b.broker_id,
                                       broker_epoch=b.epoch, fenced=-1)])
+        self.log.append([self._config(BROKER, "", MIN_ISR, "2")])  # the cluster default
 
     def create_topics(self, count: int, partitions_each: int) -> None:
         items = [metadata("BEGIN_TRANSACTION_RECORD", name="CreateTopics")]
@@ -237,7 +247,9 @@ class Cluster:
                 self.partitions[(tid, pid)] = p
                 items.append(self._partition_record(p))
             if self.rng.random() < 0.3:
-                items.append(self._config(2, name, "retention.ms", str(self.rng.choice([3_600_000, 86_400_000]))))
+                items.append(self._config(TOPIC, name, "retention.ms", str(self.rng.choice([3_600_000, 86_400_000]))))
+            if (strict := self.rng.random()) < 0.08:
+                items.append(self._config(TOPIC, name, MIN_ISR, "3" if strict < 0.02 else "1"))
         items.append(metadata("END_TRANSACTION_RECORD"))
         self.log.append(items)
 
@@ -328,15 +340,18 @@ class Cluster:
         items = []
         names = list(self.topics.values())
         for _ in range(50):
-            items.append(self._config(2, self.rng.choice(names), self.rng.choice(["retention.ms", "cleanup.policy"]),
-                                      self.rng.choice(["604800000", "delete", "compact", None])))
+            key = self.rng.choice(list(CHURNED))
+            items.append(self._config(TOPIC, self.rng.choice(names), key, self.rng.choice(CHURNED[key])))
             user = f"user-{self.rng.randrange(200)}"
             key = self.rng.choice(["producer_byte_rate", "consumer_byte_rate"])
             remove = self.rng.random() < 0.2
             self.quotas.pop((user, key), None) if remove else self.quotas.__setitem__((user, key), 1048576.0)
             items.append(metadata("CLIENT_QUOTA_RECORD", entity=[{"entity_type": "user", "entity_name": user}],
                                   key=key, value=1048576.0, remove=remove))
-        items.append(self._config(4, str(self.rng.choice(list(self.brokers))), "log.cleaner.threads", "2"))
+        broker = str(self.rng.choice(list(self.brokers)))
+        items.append(self._config(BROKER, broker, "log.cleaner.threads", "2"))
+        if self.rng.random() < 0.3:  # a broker's own min.insync.replicas (in force for the partitions it leads)
+            items.append(self._config(BROKER, broker, MIN_ISR, self.rng.choice(["1", None])))
         self.log.append(items)
         self.next_producer_id += 1000
         self.log.append([metadata("PRODUCER_IDS_RECORD", broker_id=1, broker_epoch=self.brokers[1].epoch,
@@ -347,7 +362,7 @@ class Cluster:
             name = self.topics.pop(tid)
             for part in [k for k in self.partitions if k[0] == tid]:
                 del self.partitions[part]
-            for config in [k for k in self.configs if k[0] == 2 and k[1] == name]:
+            for config in [k for k in self.configs if k[0] == TOPIC and k[1] == name]:
                 del self.configs[config]
             self.log.append([metadata("REMOVE_TOPIC_RECORD", topic_id=tid)])
 

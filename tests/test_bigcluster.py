@@ -9,9 +9,13 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import pytest
 from conftest import ROOT
+from event_oracle import evaluated, under_min_isr_rows
 
+from kraftlog.config import Config
 from kraftlog.state.local import load_clusters, replay, verify
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -32,6 +36,33 @@ def test_a_generated_cluster_replays_cleanly_and_matches_its_snapshots(tmp_path:
     assert replay(cluster).problems == []
     checks = verify(cluster)
     assert len(checks) == 2 and all(c.reachable and c.differences == [] for c in checks)
+
+
+@pytest.mark.spark
+def test_the_generated_min_insync_replicas_make_the_windows_evaluated_point_by_point(spark: Any, tmp_path: Path
+                                                                                    ) -> None:
+    """The generated configs of min.insync.replicas (the cluster default 2, topics at 1 or 3, a broker's own, their
+    churn) put partitions under it while a replica is out: the Spark-built ``under_min_isr`` windows are those
+    evaluated point by point, and there are windows from a topic's config."""
+    from kraftlog.spark.analyze import analyze
+    from kraftlog.spark.history import reconstruct
+    from kraftlog.spark.ingest import ingest
+
+    generate(tmp_path / "in" / "node", brokers=12, racks=3, topics=100, partitions=600, records=30_000, seed=3,
+             segment_records=10_000)
+    (cluster,) = load_clusters([tmp_path / "in"])
+    set_at = Counter((e.decoded.data["resource_type"], e.decoded.data["resource_name"] == "")
+                     for e in cluster.log.values()
+                     if e.decoded.type == "CONFIG_RECORD" and e.decoded.data["name"] == "min.insync.replicas")
+    assert set_at[(2, False)] > 0 and set_at[(4, True)] == 1 and set_at[(4, False)] > 0  # topics, default, brokers
+    wh = tmp_path / "wh"
+    config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
+    ingest(spark, [str(tmp_path / "in")], config)
+    reconstruct(spark, config)
+    analyze(spark, config)
+    windows = under_min_isr_rows(wh)
+    assert windows == evaluated(wh)
+    assert "topic" in {w[9] for w in windows}, windows[:3]
 
 
 def test_the_benchmarks_reuse_a_generated_cluster_only_once_it_is_complete(tmp_path: Path) -> None:
