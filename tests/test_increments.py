@@ -292,8 +292,7 @@ def test_going_on_replays_and_analyses_only_the_partitions_named_since(spark: An
     RemoveTopic, a TopicRecord again for a live id), none (a topic config: not a partition rule) or every one
     (ClearElr without a name). Only the named partitions and topics are restored and their rows rewritten
     (reconstruct); the partition events read the partitions with a version begun or ended since, or a window open,
-    and every topic once a min.insync.replicas config changed (analyze). Every step ends equal to a build from
-    scratch."""
+    and the topic whose min.insync.replicas changed (analyze). Every step ends equal to a build from scratch."""
     t0, t1, t2 = uid(601), uid(602), uid(603)
     log = [("meta", "TOPIC_RECORD", 0, {"topic_id": t, "name": f"t{i}"}) for i, t in enumerate((t0, t1, t2))]
     log += [("meta", "PARTITION_RECORD", 0, {"topic_id": t, "partition_id": p, "replicas": [1, 2], "isr": [1, 2],
@@ -329,7 +328,7 @@ def test_going_on_replays_and_analyses_only_the_partitions_named_since(spark: An
             (14, TopicsRead(frozenset({t1, t2})), 4,
              TopicsRead(partitions=frozenset({(t0, 0), (t1, 0), (t1, 1), (t2, 0), (t2, 1)})),
              {"REMOVE_TOPIC_RECORD", "TOPIC_RECORD"}),
-            (1 << 40, None, 2, None, {"CLEAR_ELR_RECORD", config_record})]:
+            (1 << 40, None, 2, TopicsRead(frozenset({t0})), {"CLEAR_ELR_RECORD", config_record})]:
         ingest(spark, [str(copy_upto(source, inputs, end))], config)
         store = store_for(spark, config)
         plan = plan_build(spark, store, landed(store), None, False)
@@ -347,6 +346,41 @@ def test_going_on_replays_and_analyses_only_the_partitions_named_since(spark: An
         if end != 1 << 40:  # no topic changed nor partition born before 14: topic_lifecycle is not rewritten
             assert (DeltaTable(str(wh / "topic_lifecycle")).version() != lifecycle) == (end == 14), end
         scratch.step(inputs, wh)
+    scratch.check(spark)
+
+
+def test_a_changed_min_insync_replicas_reads_only_the_partitions_it_can_apply_to(spark: Any, tmp_path: Path) -> None:
+    """Three topics of one partition each, all in sync, led by brokers 1, 2 and 3. Each hour changes one config: a
+    topic's min.insync.replicas (that topic is read whole), broker 3's (the partition it leads; under it from
+    there on, its window stays open), a topic's retention.ms (no partition config: only the open window's
+    partition), the cluster default (every topic). Every step ends equal to a build from scratch and to the windows
+    evaluated point by point."""
+    ta, tb, tc = uid(701), uid(702), uid(703)
+
+    def mir(rtype: int, name: str, value: str, key: str = "min.insync.replicas") -> tuple[Any, ...]:
+        return "meta", "CONFIG_RECORD", 0, {"resource_type": rtype, "resource_name": name, "name": key, "value": value}
+
+    log = [("meta", "TOPIC_RECORD", 0, {"topic_id": t, "name": n}) for t, n in ((ta, "a"), (tb, "b"), (tc, "c"))]
+    log += [("meta", "PARTITION_RECORD", 0, {"topic_id": t, "partition_id": 0, "replicas": [1, 2, 3],
+                                             "isr": [1, 2, 3], "removing_replicas": [], "adding_replicas": [],
+                                             "leader": leader, "leader_epoch": 0, "partition_epoch": 0})
+            for leader, t in enumerate((ta, tb, tc), start=1)]  # 3-5
+    log += [mir(2, "b", "2"), mir(4, "3", "4"), mir(2, "a", "1", "retention.ms"), mir(4, "", "1")]  # 6-9
+    source = tmp_path / "src"
+    write_cluster(source, GenCluster("c", log), sizes=[1])
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
+    land_build_analyze(spark, copy_upto(source, inputs, 6), wh)
+    scratch = FromScratch(tmp_path)
+    c0 = TopicsRead(partitions=frozenset({(tc, 0)}))
+    for end, read in [(7, TopicsRead(frozenset({tb}))), (8, c0), (9, c0), (1 << 40, None)]:
+        ingest(spark, [str(copy_upto(source, inputs, end))], config)
+        assert reconstruct(spark, config).resumed == 1, end
+        store = store_for(spark, config)
+        assert plan_events(store, None, False).topics == {"c": read}, end
+        analyze(spark, config)
+        scratch.step(inputs, wh)
+    assert [(w[1], w[4], w[6], w[8], w[9]) for w in under_min_isr_rows(wh)] == [(tc, 7, None, 4, "broker")]
     scratch.check(spark)
 
 

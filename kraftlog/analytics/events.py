@@ -292,6 +292,8 @@ def under_replicated(inputs: Inputs) -> DataFrame:
 
 # the configs an event table applies to partitions by their topic, leader or cluster (not by a partition version)
 PARTITION_CONFIGS = ("min.insync.replicas",)
+# the ``resource_type`` of a topic's config and of a broker's (a broker's of an empty name: the cluster default)
+TOPIC_CONFIG, BROKER_CONFIG = "TOPIC", "BROKER"
 
 
 def under_min_isr(inputs: Inputs) -> DataFrame:
@@ -300,17 +302,23 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
 
     The partition's state at each point is the version begun last at or before it (an as-of window over the
     points and the versions in offset order, not a join of every point with every version of its partition)."""
-    topic, broker = "TOPIC", "BROKER"
+    topic, broker = TOPIC_CONFIG, BROKER_CONFIG
     kafka_default = F.lit(1)  # min.insync.replicas where no config sets it
     mir = (inputs.history("configs").filter(F.col("name").isin(*PARTITION_CONFIGS))
            .withColumn("_v", F.col("value").try_cast("int")))
-    # only partitions with a version whose ISR is smaller than the largest min.insync.replicas of its cluster (or
-    # Kafka's default) can be flagged: the others are left out before their versions are ordered (``greatest`` skips
-    # the null of a cluster with no such config)
-    most = F.broadcast(mir.groupBy("cluster_id").agg(F.max("_v").alias("_most")))
+    # only partitions with a version whose ISR is smaller than the largest min.insync.replicas that can apply to it
+    # (its topic's, any broker's, the cluster default; or Kafka's default) can be flagged: the others are left out
+    # before their versions are ordered (``greatest`` skips the nulls of no such config). On a cluster whose default
+    # is 2 and a few topics ask for 3, only those topics' partitions with a replica out, and partitions down to one
+    # replica in sync, are ordered, not every partition a rolling restart touched
+    by_topic = F.col("resource_type") == topic
+    most = F.broadcast(mir.filter(~by_topic).groupBy("cluster_id").agg(F.max("_v").alias("_most")))
+    topic_most = mir.filter(by_topic).groupBy("cluster_id", F.col("resource_name").alias("topic_name")).agg(
+        F.max("_v").alias("_topic_most"))
     parts = inputs.history("partitions")
-    parts = of_partitions_in(parts, parts.join(most, "cluster_id", "left").filter(
-        F.size("isr") < F.greatest("_most", kafka_default)))
+    parts = of_partitions_in(parts, parts.join(most, "cluster_id", "left")
+                             .join(topic_most, ["cluster_id", "topic_name"], "left")
+                             .filter(F.size("isr") < F.greatest("_most", "_topic_most", kafka_default)))
     # evaluation points: each partition version (which carries its state), each deletion, in an incremental analysis
     # `since` itself (the state then: a point of its own), all in one pass over the versions; and each
     # min.insync.replicas boundary

@@ -54,7 +54,16 @@ from kraftlog.analytics.definitions import (
     event_tables,
     increment_of,
 )
-from kraftlog.analytics.events import BIRTHS, BUILDERS, CHANGED_BY, PARTITION_CONFIGS, SNAPSHOT_FILES, Inputs
+from kraftlog.analytics.events import (
+    BIRTHS,
+    BROKER_CONFIG,
+    BUILDERS,
+    CHANGED_BY,
+    PARTITION_CONFIGS,
+    SNAPSHOT_FILES,
+    TOPIC_CONFIG,
+    Inputs,
+)
 from kraftlog.config import Config
 from kraftlog.spark.history import built_clusters, landed, read_histories
 from kraftlog.spark.landed import Landed, Mark, landed_after, landed_since, ledger_marks, log_ends
@@ -244,9 +253,9 @@ def partition_topics(store: TableStore, resume: dict[str, int]) -> dict[str, Top
     """Per cluster going on (from its resume offset), the partitions its partition events read (None: every topic's,
     or more than ``TOPICS_NAMED``). A partition's events from the resume offset on (``POINT``) come from its versions
     begun or ended there or later, and its windows (``WINDOW``) rebuilt are those open then or ending later: so the
-    partitions with such a version or with a window still open, and where a config that applies to partitions by
-    topic, leader or cluster changed since (``PARTITION_CONFIGS``), every topic's. A topic a partition was born in
-    since is read whole: ``topic_lifecycle`` counts the partitions it had before."""
+    partitions with such a version or with a window still open, and those a config that applies to partitions
+    (``PARTITION_CONFIGS``) changed since can apply to (``config_reads``). A topic a partition was born in since is
+    read whole: ``topic_lifecycle`` counts the partitions it had before."""
     if not resume:
         return {}
     kinds = history_tables()
@@ -262,9 +271,7 @@ def partition_topics(store: TableStore, resume: dict[str, int]) -> dict[str, Top
     born = (Scope.of([], resume, "valid_from_offset").select(versions)
             .join(into, [*keys, "valid_from_offset"], "left_anti")
             .select("cluster_id", "topic_id", none))  # (a null partition: the topic whole)
-    named = [versions.select(*keys), born,
-             since.select(store.read(kinds["configs"])).filter(F.col("name").isin(*PARTITION_CONFIGS))
-             .select("cluster_id", every, none)]
+    named = [versions.select(*keys), born, *config_reads(store, since)]
     named += [store.read(t).filter(F.col("to_offset").isNull() & of_clusters(list(resume)))
               .select(*(keys if "partition_id" in t.schema.names else ["cluster_id", every, none]))
               for t in event_tables().values() if increment_of(t) == WINDOW]
@@ -277,6 +284,32 @@ def partition_topics(store: TableStore, resume: dict[str, int]) -> dict[str, Top
             rows.append((r["topic_id"], r["partition_id"]))
     return {c: None if rows is None else named_topics(TopicsRead.of(
         [t for t, p in rows if p is None], [(t, p) for t, p in rows if p is not None])) for c, rows in found.items()}
+
+
+def config_reads(store: TableStore, since: Scope) -> list[DataFrame]:
+    """The partitions (``cluster_id``, ``topic_id``, ``partition_id``; a null partition: the topic whole, a null topic:
+    every topic) whose events a config of ``PARTITION_CONFIGS`` changed in ``since`` (a version of it begun or ended
+    there) can change from its offset on: a topic's config, the topics of that name; a broker's, the partitions it
+    leads (the versions holding at the change that began before ``since`` are those still open: the others are read
+    as begun or ended since); the cluster default, every topic. On a cluster whose topics' min.insync.replicas
+    change hour after hour, an hour reads the partitions of those topics, not every partition."""
+    kinds = history_tables()
+    changed = (since.select(store.read(kinds["configs"])).filter(F.col("name").isin(*PARTITION_CONFIGS))
+               .select("cluster_id", "resource_type", "resource_name"))
+    broker, default = F.col("resource_type") == BROKER_CONFIG, F.col("resource_name") == ""
+    topics = changed.filter(F.col("resource_type") == TOPIC_CONFIG).select(
+        "cluster_id", F.col("resource_name").alias("name")).distinct()
+    leaders = changed.filter(broker & ~default).select(  # (a broker's name that is not a number names no leader)
+        "cluster_id", F.col("resource_name").try_cast("int").alias("leader")).distinct()
+    clusters = of_clusters(since.clusters)
+    whole = F.lit(None).cast("int").alias("partition_id")
+    return [
+        store.read(kinds["topics"]).filter(clusters).join(F.broadcast(topics), ["cluster_id", "name"])
+        .select("cluster_id", "topic_id", whole),
+        store.read(kinds["partitions"]).filter(clusters & F.col("valid_to_offset").isNull())
+        .join(F.broadcast(leaders), ["cluster_id", "leader"]).select("cluster_id", "topic_id", "partition_id"),
+        changed.filter(broker & default).select("cluster_id", F.lit(None).cast("string").alias("topic_id"), whole),
+    ]
 
 
 def gaps_after(store: TableStore, got: dict[str, Landed], ends: dict[str, int | None]) -> dict[str, int]:
