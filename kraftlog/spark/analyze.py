@@ -260,8 +260,7 @@ def partition_topics(store: TableStore, resume: dict[str, int]) -> dict[str, Top
         return {}
     kinds = history_tables()
     since = Scope.of([], resume, "valid_from_offset", "valid_to_offset")
-    every = F.lit(None).cast("string").alias("topic_id")
-    none = F.lit(None).cast("int").alias("partition_id")
+    every, none = _every_topic(), _whole_topic()
     keys = ["cluster_id", "topic_id", "partition_id"]
     versions = since.select(store.read(kinds["partitions"])).select(*keys, "valid_from_offset", "valid_to_offset",
                                                                      "ended_by")
@@ -286,6 +285,16 @@ def partition_topics(store: TableStore, resume: dict[str, int]) -> dict[str, Top
         [t for t, p in rows if p is None], [(t, p) for t, p in rows if p is not None])) for c, rows in found.items()}
 
 
+def _every_topic() -> Column:
+    """A null ``topic_id`` in what ``partition_topics`` reads: every topic."""
+    return F.lit(None).cast("string").alias("topic_id")
+
+
+def _whole_topic() -> Column:
+    """A null ``partition_id`` in what ``partition_topics`` reads: the topic whole."""
+    return F.lit(None).cast("int").alias("partition_id")
+
+
 def config_reads(store: TableStore, since: Scope) -> list[DataFrame]:
     """The partitions (``cluster_id``, ``topic_id``, ``partition_id``; a null partition: the topic whole, a null topic:
     every topic) whose events a config of ``PARTITION_CONFIGS`` changed in ``since`` (a version of it begun or ended
@@ -302,13 +311,13 @@ def config_reads(store: TableStore, since: Scope) -> list[DataFrame]:
     leaders = changed.filter(broker & ~default).select(  # (a broker's name that is not a number names no leader)
         "cluster_id", F.col("resource_name").try_cast("int").alias("leader")).distinct()
     clusters = of_clusters(since.clusters)
-    whole = F.lit(None).cast("int").alias("partition_id")
+    whole = _whole_topic()
     return [
         store.read(kinds["topics"]).filter(clusters).join(F.broadcast(topics), ["cluster_id", "name"])
         .select("cluster_id", "topic_id", whole),
         store.read(kinds["partitions"]).filter(clusters & F.col("valid_to_offset").isNull())
         .join(F.broadcast(leaders), ["cluster_id", "leader"]).select("cluster_id", "topic_id", "partition_id"),
-        changed.filter(broker & default).select("cluster_id", F.lit(None).cast("string").alias("topic_id"), whole),
+        changed.filter(broker & default).select("cluster_id", _every_topic(), whole),
     ]
 
 
