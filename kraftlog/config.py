@@ -27,6 +27,10 @@ DEFAULTS: dict[str, Any] = {
         "master": "local[*]",
         "app_name": "kraftlog",
         "log_level": "WARN",
+        # a reconstruct or analyze that goes on with fewer new log offsets than this (every cluster it writes going
+        # on from its last build) evaluates Spark expressions interpreted, not compiled (kraftlog.spark.session:
+        # INTERPRETED); 0: always compiled
+        "interpreted_below": 200000,
         "conf": {
             "spark.driver.memory": "4g",
             "spark.ui.showConsoleProgress": "true",
@@ -150,6 +154,10 @@ class Config:
     @property
     def spark(self) -> dict[str, Any]:
         return dict(self.data["spark"])
+
+    @property
+    def interpreted_below(self) -> int:
+        return int(self.data["spark"]["interpreted_below"])
 
     @property
     def storage(self) -> Storage:

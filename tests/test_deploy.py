@@ -135,6 +135,9 @@ def test_spark_connect_runs_every_job(tmp_path: Path, connect: str, sample_event
     out = _run([py, str(ROOT / "jobs" / "report.py"), "--warehouse", wh, "--out-dir", str(tmp_path / "reports")],
                env, tmp_path)
     assert (tmp_path / "reports" / "index.html").exists()
+    # nothing new: a small run, interpreted by settings of the server's session for it (given back after)
+    out = _run([py, str(ROOT / "jobs" / "reconstruct.py"), "--warehouse", wh], env, tmp_path)
+    assert "0 cluster(s) replayed" in out and "expressions interpreted" in out, out
     assert_same_tables(local_wh, wh, {})
     # the CLI too
     out = _run([str(BIN / "kraftlog"), "state", "--warehouse", wh, "--kind", "brokers"], env, tmp_path)

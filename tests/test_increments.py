@@ -23,13 +23,16 @@ from services import arrow_rows, copy_upto, table_rows
 
 from kraftlog.analytics.definitions import WINDOW, event_tables, increment_of
 from kraftlog.config import Config
-from kraftlog.spark.analyze import AnalyzeResult, analyze, plan_events
+from kraftlog.spark import analyze as analyze_module
+from kraftlog.spark import history as history_module
+from kraftlog.spark.analyze import AnalyzeResult, analyze, last_analyses, plan_events
 from kraftlog.spark.bases import ClusterBase, cluster_bases
 from kraftlog.spark.history import ReconstructResult, landed, reconstruct
-from kraftlog.spark.increments import plan_build
+from kraftlog.spark.increments import last_builds, plan_build
 from kraftlog.spark.ingest import ingest
 from kraftlog.spark.landed import Landed
 from kraftlog.spark.predicates import SQL_TERMS, Scope
+from kraftlog.spark.session import INTERPRETED
 from kraftlog.spark.store import store_for
 from kraftlog.state.entities import history_tables
 from kraftlog.state.replay import Replayer, TopicsRead
@@ -353,8 +356,8 @@ def test_a_changed_min_insync_replicas_reads_only_the_partitions_it_can_apply_to
     """Three topics of one partition each, all in sync, led by brokers 1, 2 and 3. Each hour changes one config: a
     topic's min.insync.replicas (that topic is read whole), broker 3's (the partition it leads; under it from
     there on, its window stays open), a topic's retention.ms (no partition config: only the open window's
-    partition), the cluster default (every topic). Every step ends equal to a build from scratch and to the windows
-    evaluated point by point."""
+    partition), the cluster default (every topic). No partition is born, so ``topic_lifecycle`` is never rewritten.
+    Every step ends equal to a build from scratch and to the windows evaluated point by point."""
     ta, tb, tc = uid(701), uid(702), uid(703)
 
     def mir(rtype: int, name: str, value: str, key: str = "min.insync.replicas") -> tuple[Any, ...]:
@@ -377,8 +380,12 @@ def test_a_changed_min_insync_replicas_reads_only_the_partitions_it_can_apply_to
         ingest(spark, [str(copy_upto(source, inputs, end))], config)
         assert reconstruct(spark, config).resumed == 1, end
         store = store_for(spark, config)
-        assert plan_events(store, None, False).topics == {"c": read}, end
+        plan = plan_events(store, None, False)
+        assert (plan.topics, plan.births) == ({"c": read}, set()), end
+        lifecycle = DeltaTable(str(wh / "topic_lifecycle")).version()
         analyze(spark, config)
+        # a topic read whole for its config is no partition born: no topic changed, topic_lifecycle is left as it is
+        assert DeltaTable(str(wh / "topic_lifecycle")).version() == lifecycle, end
         scratch.step(inputs, wh)
     assert [(w[1], w[4], w[6], w[8], w[9]) for w in under_min_isr_rows(wh)] == [(tc, 7, None, 4, "broker")]
     scratch.check(spark)
@@ -773,3 +780,57 @@ def test_an_hour_naming_more_partitions_than_a_threads_stack_parses_deletes_only
     left = DeltaTable(str(tmp_path / "wh" / "partitions_history")).to_pyarrow_table().to_pylist()
     kept = sorted((r["topic_id"], r["partition_id"], r["valid_to_offset"]) for r in left)
     assert kept == [("t", 0, None), ("t", 1, 5)]
+
+
+def test_a_small_increment_evaluates_its_expressions_interpreted_and_leaves_the_session_as_it_was(
+        spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """A reconstruct and an analyze that go on by fewer new offsets than ``interpreted_below`` plan and run with Spark's
+    expressions interpreted (``INTERPRETED``), then give the session its settings back; a first build, and an
+    increment at or above the threshold, compile. The offsets counted are those the ledger and the histories tell."""
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    seen: list[tuple[str | None, ...]] = []  # the session's settings while each plan was made
+
+    def watched(plan: Any) -> Any:
+        def planned(*args: Any, **kwargs: Any) -> Any:
+            seen.append(tuple(spark.conf.get(key, None) for key in INTERPRETED))
+            return plan(*args, **kwargs)
+        return planned
+
+    monkeypatch.setattr(history_module, "plan_build", watched(history_module.plan_build))
+    monkeypatch.setattr(analyze_module, "plan_events", watched(analyze_module.plan_events))
+    # the session's own (one unset, whole-stage code compiled; one as interpreted wants it, left alone): cheaper than
+    # compiling every expression of the sample's builds
+    mine = {"spark.sql.codegen.wholeStage": None, "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+    kept = {key: spark.conf.get(key, None) for key in INTERPRETED}
+    given, interpreted = tuple(mine.values()), tuple(INTERPRETED.values())
+
+    def step(end: int, below: int) -> tuple[int | None, int | None, ReconstructResult, AnalyzeResult]:
+        config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"},
+                             spark={"interpreted_below": below})
+        ingest(spark, [str(copy_upto(SAMPLE, inputs, end))], config)
+        store, first = store_for(spark, config), not (wh / "analyze_state").exists()
+        offsets = None if first else last_builds(spark, store, None, False).landed_offsets
+        built = reconstruct(spark, config)
+        analysed = None if first else last_analyses(store, None, False).history_offsets
+        return offsets, analysed, built, analyze(spark, config)
+
+    try:
+        for key, value in mine.items():
+            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
+        offsets, analysed, first, events = step(600, 1 << 40)  # a first build: nothing to go on from
+        assert (offsets, analysed, first.interpreted, events.plan.interpreted) == (None, None, False, False)
+        assert seen == [given, given]
+        ends = [DeltaTable(str(wh / "replay_state")).to_pyarrow_table()["last_offset"][0].as_py()]
+        offsets, analysed, grown, events = step(1200, 1)  # going on, above a threshold of 1
+        ends.append(DeltaTable(str(wh / "replay_state")).to_pyarrow_table()["last_offset"][0].as_py())
+        assert offsets == analysed == ends[1] - ends[0] > 1 and grown.resumed == 1, grown.line()
+        assert (grown.interpreted, events.plan.interpreted, seen[2:]) == (False, False, [given, given])
+        offsets, analysed, grown, events = step(1 << 40, 1 << 40)  # going on, below the default
+        ends.append(DeltaTable(str(wh / "replay_state")).to_pyarrow_table()["last_offset"][0].as_py())
+        assert offsets == analysed == ends[2] - ends[1] > 0 and grown.resumed == 1, grown.line()
+        assert (grown.interpreted, events.plan.interpreted, seen[4:]) == (True, True, [interpreted, interpreted])
+        assert "expressions interpreted" in grown.line() and "expressions interpreted" in events.line()
+        assert tuple(spark.conf.get(key, None) for key in INTERPRETED) == given  # given back
+    finally:
+        for key, value in kept.items():
+            spark.conf.unset(key) if value is None else spark.conf.set(key, value)

@@ -68,7 +68,7 @@ from kraftlog.config import Config
 from kraftlog.spark.history import built_clusters, landed, read_histories
 from kraftlog.spark.landed import Landed, Mark, landed_after, landed_since, ledger_marks, log_ends
 from kraftlog.spark.predicates import Scope, cluster_predicate, named_topics, of_clusters, only_topics
-from kraftlog.spark.session import local_frame
+from kraftlog.spark.session import interpreted, local_frame
 from kraftlog.spark.store import Landing, TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
 from kraftlog.state.replay import TopicsRead
@@ -122,6 +122,8 @@ class EventPlan:
     folded: dict[str, int] = field(default_factory=dict)
     # per cluster going on, the partitions the partition events read (``partition_topics``; None: all)
     topics: dict[str, TopicsRead | None] = field(default_factory=dict)
+    births: set[str] = field(default_factory=set)  # of those, the clusters with a partition born since (likewise)
+    interpreted: bool = False  # the run's expressions were interpreted (``kraftlog.spark.session.interpreted``)
 
     @property
     def clusters(self) -> list[str]:
@@ -199,6 +201,8 @@ class EventPlan:
             return "every cluster analysed from scratch"
         line = (f"{len(self.going_on)} cluster(s) go on from their last analysis, {len(self.rebuilt)} analysed "
                 f"anew, {len(self.unchanged)} unchanged, {len(self.gone)} gone")
+        if self.interpreted:
+            line += "; expressions interpreted"
         if not self.topics:
             return line
         named = [read for read in self.topics.values() if read is not None]
@@ -208,29 +212,61 @@ class EventPlan:
                 + (f", every topic of {every} cluster(s)" if every else ""))
 
 
-def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> EventPlan:
-    """Compare each cluster's histories and ledger with what its last analysis saw (the module docstring);
-    ``anew``: every cluster (of ``clusters``) analysed anew."""
-    def only(df: DataFrame) -> DataFrame:
-        return df if clusters is None else df.filter(of_clusters(clusters))
+@dataclass(frozen=True)
+class LastAnalyses:
+    """What an analysis compares the histories with: their ``replay_state`` rows now (``current``) and the
+    ``analyze_state`` rows the last analysis left (``previous``), by cluster; ``anew``: every cluster analysed anew."""
 
+    current: dict[str, dict[str, Any]]
+    previous: dict[str, dict[str, Any]]
+    anew: bool
+
+    def goes_on(self, cluster: str) -> bool:
+        """Whether ``cluster``'s events can go on from its last analysis: the histories only went on since."""
+        was, now = self.previous.get(cluster), self.current[cluster]
+        return not (self.anew or was is None or was["lineage"] != now["lineage"] or was["resume_offset"] is None
+                    or now["resume_offset"] is None)
+
+    @property
+    def history_offsets(self) -> int | None:
+        """The offsets the histories went on by since the last analysis, summed over the clusters (None: one is
+        analysed anew: never a small analysis)."""
+        if not all(self.goes_on(c) for c in self.current):
+            return None
+        return sum(now["resume_offset"] - self.previous[c]["resume_offset"] for c, now in self.current.items())
+
+
+def last_analyses(store: TableStore, clusters: list[str] | None, anew: bool) -> LastAnalyses:
+    """The ``LastAnalyses`` of the clusters of ``clusters`` (else of every one)."""
     def by_cluster(df: DataFrame) -> dict[str, dict[str, Any]]:
-        return {r["cluster_id"]: r.asDict() for r in only(df).collect()}
+        return {r["cluster_id"]: r.asDict() for r in _only(df, clusters).collect()}
 
     with ThreadPoolExecutor(2) as pool:  # (small jobs: each waits more on scheduling than on cores)
         states = pool.submit(by_cluster, store.read(replay_state_table()))
         previous = {} if anew and clusters is None else by_cluster(store.read(analyze_state_table()))
-        current = states.result()
+        return LastAnalyses(states.result(), previous, anew)
+
+
+def _only(df: DataFrame, clusters: list[str] | None) -> DataFrame:
+    return df if clusters is None else df.filter(of_clusters(clusters))
+
+
+def plan_events(store: TableStore, clusters: list[str] | None, anew: bool, last: LastAnalyses | None = None
+                ) -> EventPlan:
+    """Compare each cluster's histories and ledger with what its last analysis saw (the module docstring);
+    ``anew``: every cluster (of ``clusters``) analysed anew; ``last``: as read by ``last_analyses``, else read here."""
+    last = last or last_analyses(store, clusters, anew)
+    current, previous = last.current, last.previous
     was_marked = {c: Mark(was["landed_run"], was["landed_files"], was["landed_digest"])
                   for c, was in previous.items() if was["landed_run"] is not None}
-    marks, held = ledger_marks(store.spark, only(store.read(catalog()["files"])), was_marked)
+    ledger = ledger_marks(store.spark, _only(store.read(catalog()["files"]), clusters), was_marked)
+    marks, held = ledger.marks, ledger.held
     if anew and clusters is None:
         return EventPlan(True, rebuilt=sorted(current), histories=current, marks=marks)
     plan = EventPlan(False, gone=sorted(set(previous) - set(current)), histories=current, marks=marks)
     for c, now in sorted(current.items()):
         was = previous.get(c)
-        if anew or was is None or was["lineage"] != now["lineage"] or was["resume_offset"] is None \
-                or now["resume_offset"] is None:
+        if was is None or not last.goes_on(c):
             plan.rebuilt.append(c)
         elif was["history_build_id"] == now["build_id"] and was_marked.get(c) == marks.get(c):
             plan.unchanged.append(c)
@@ -245,19 +281,20 @@ def plan_events(store: TableStore, clusters: list[str] | None, anew: bool) -> Ev
         gaps = pool.submit(gaps_after, store, plan.landed, plan.log_ends)
         folded = pool.submit(folds, store, plan.landed, plan.log_ends)
         plan.epochs_after = epochs_after(store, plan.landed, plan.log_ends)
-        plan.gaps_after, plan.topics, plan.folded = gaps.result(), topics.result(), folded.result()
+        (plan.topics, plan.births), plan.gaps_after, plan.folded = topics.result(), gaps.result(), folded.result()
     return plan
 
 
-def partition_topics(store: TableStore, resume: dict[str, int]) -> dict[str, TopicsRead | None]:
+def partition_topics(store: TableStore, resume: dict[str, int]) -> tuple[dict[str, TopicsRead | None], set[str]]:
     """Per cluster going on (from its resume offset), the partitions its partition events read (None: every topic's,
-    or more than ``TOPICS_NAMED``). A partition's events from the resume offset on (``POINT``) come from its versions
-    begun or ended there or later, and its windows (``WINDOW``) rebuilt are those open then or ending later: so the
-    partitions with such a version or with a window still open, and those a config that applies to partitions
-    (``PARTITION_CONFIGS``) changed since can apply to (``config_reads``). A topic a partition was born in since is
-    read whole: ``topic_lifecycle`` counts the partitions it had before."""
+    or more than ``TOPICS_NAMED``); and the clusters with a partition born since. A partition's events from the
+    resume offset on (``POINT``) come from its versions begun or ended there or later, and its windows (``WINDOW``)
+    rebuilt are those open then or ending later: so the partitions with such a version or with a window still open,
+    and those a config that applies to partitions (``PARTITION_CONFIGS``) changed since can apply to
+    (``config_reads``). A topic a partition was born in since is read whole: ``topic_lifecycle`` counts the
+    partitions it had before (and is rebuilt only where one was born, or a topic changed: ``CHANGED_BY``)."""
     if not resume:
-        return {}
+        return {}, set()
     kinds = history_tables()
     since = Scope.of([], resume, "valid_from_offset", "valid_to_offset")
     every, none = _every_topic(), _whole_topic()
@@ -269,20 +306,25 @@ def partition_topics(store: TableStore, resume: dict[str, int]) -> dict[str, Top
         *keys, F.col("valid_to_offset").alias("valid_from_offset"))
     born = (Scope.of([], resume, "valid_from_offset").select(versions)
             .join(into, [*keys, "valid_from_offset"], "left_anti")
-            .select("cluster_id", "topic_id", none))  # (a null partition: the topic whole)
-    named = [versions.select(*keys), born, *config_reads(store, since)]
+            .select("cluster_id", "topic_id", none, F.lit(True).alias("born")))  # (a null partition: the topic whole)
+    named = [versions.select(*keys), *config_reads(store, since)]
     named += [store.read(t).filter(F.col("to_offset").isNull() & of_clusters(list(resume)))
               .select(*(keys if "partition_id" in t.schema.names else ["cluster_id", every, none]))
               for t in event_tables().values() if increment_of(t) == WINDOW]
     found: dict[str, list[tuple[str, int | None]] | None] = {c: [] for c in resume}
-    for r in functools.reduce(DataFrame.unionByName, named).distinct().collect():
+    births = set()
+    for r in functools.reduce(DataFrame.unionByName, [born, *(df.withColumn("born", F.lit(False)) for df in named)]
+                              ).distinct().collect():
+        if r["born"]:
+            births.add(r["cluster_id"])
         rows = found[r["cluster_id"]]
         if r["topic_id"] is None:
             found[r["cluster_id"]] = None  # every topic
         elif rows is not None:
             rows.append((r["topic_id"], r["partition_id"]))
     return {c: None if rows is None else named_topics(TopicsRead.of(
-        [t for t, p in rows if p is None], [(t, p) for t, p in rows if p is not None])) for c, rows in found.items()}
+        [t for t, p in rows if p is None], [(t, p) for t, p in rows if p is not None])) for c, rows in found.items()
+            }, births
 
 
 def _every_topic() -> Column:
@@ -602,9 +644,9 @@ class _Reader(Inputs):
 
 def changed_kinds(x: Inputs, plan: EventPlan) -> set[str]:
     """The entity kinds with a version begun or ended at or after a going-on cluster's resume offset, ``BIRTHS``
-    where a partition may have been born since (the topics the plan reads whole: ``partition_topics``) and
-    ``SNAPSHOT_FILES`` where a snapshot file's ledger row landed since (or the ledger does not tell what landed since);
-    none when a cluster is rebuilt or gone: every table is then rebuilt."""
+    where a partition was born since (``partition_topics``) and ``SNAPSHOT_FILES`` where a snapshot file's ledger row
+    landed since (or the ledger does not tell what landed since); none when a cluster is rebuilt or gone: every table
+    is then rebuilt."""
     if not plan.going_on or not plan.only_going_on:
         return set()
     since = Scope.of([], {c: cut.resume for c, cut in plan.going_on.items()}, "valid_from_offset", "valid_to_offset")
@@ -613,9 +655,8 @@ def changed_kinds(x: Inputs, plan: EventPlan) -> set[str]:
     found = functools.reduce(DataFrame.unionByName, [
         *[since.select(df).select(F.lit(kind).alias("kind")).limit(1) for kind, df in x.histories.items()],
         snapshot_rows.select(F.lit(SNAPSHOT_FILES).alias("kind")).limit(1)])
-    born = any(read is None or read.topics for read in plan.topics.values())
     untold = any(c not in plan.held for c in plan.going_on)  # (its ledger changed before its mark)
-    return ({r["kind"] for r in found.collect()} | ({BIRTHS} if born else set())
+    return ({r["kind"] for r in found.collect()} | ({BIRTHS} if plan.births else set())
             | ({SNAPSHOT_FILES} if untold else set()))
 
 
@@ -640,11 +681,11 @@ def analyze(spark: SparkSession, config: Config, store: TableStore | None = None
     built_clusters(store)  # a clear error when there are no histories yet
     build_id = new_run_id()
     with writing(store, config, build_id, "analyze"):
-        return _analyze(spark, store, build_id, clusters, full)
+        return _analyze(spark, store, build_id, clusters, full, config.interpreted_below)
 
 
-def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: list[str] | None, full: bool
-             ) -> AnalyzeResult:
+def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: list[str] | None, full: bool,
+             interpreted_below: int) -> AnalyzeResult:
     t0 = time.time()
     tables = event_tables()
     state_table = analyze_state_table()
@@ -652,18 +693,22 @@ def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: li
     if remade and clusters is not None:
         log.warning("%s created anew: every cluster is analysed, not only %s", ", ".join(remade), ", ".join(clusters))
         clusters = None
-    plan = plan_events(store, clusters, anew=full or bool(remade))
-    log.info("analyze: %s", plan.line())
+    anew = full or bool(remade)
+    last = last_analyses(store, clusters, anew)
     rows = {name: 0 for name in tables}
     kept = Kept()
-    try:
-        rows.update(store.replace(planned_frames(store, plan, kept), build_id))
-    finally:
-        kept.release()
-    if plan.clusters or plan.gone:
-        state = pa.Table.from_pylist(state_rows(store, plan, build_id), schema=state_table.schema)
-        where = None if plan.everything else cluster_predicate([*plan.clusters, *plan.gone])
-        store.overwrite(state_table, store.stage_small(state_table, state, build_id), build_id, where)
+    with interpreted(spark, last.history_offsets, interpreted_below) as small:
+        plan = plan_events(store, clusters, anew, last)
+        plan.interpreted = small
+        log.info("analyze: %s", plan.line())
+        try:
+            rows.update(store.replace(planned_frames(store, plan, kept), build_id))
+        finally:
+            kept.release()
+        if plan.clusters or plan.gone:
+            state = pa.Table.from_pylist(state_rows(store, plan, build_id), schema=state_table.schema)
+            where = None if plan.everything else cluster_predicate([*plan.clusters, *plan.gone])
+            store.overwrite(state_table, store.stage_small(state_table, state, build_id), build_id, where)
     for name, n in rows.items():
         log.info("%s: %d rows", name, n)
     return AnalyzeResult(build_id, rows, time.time() - t0, plan)

@@ -29,8 +29,9 @@ from kraftlog.config import Config
 from kraftlog.errors import ClusterNotFound, NotBuilt, UsageError
 from kraftlog.points import check_in_log
 from kraftlog.spark.bases import ClusterBase, LandedTables, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
-from kraftlog.spark.increments import plan_build, state_table_rows
+from kraftlog.spark.increments import last_builds, plan_build, state_table_rows
 from kraftlog.spark.replay import output_tables, replay
+from kraftlog.spark.session import interpreted
 from kraftlog.spark.store import StagedFile, TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table, replay_state_table
 from kraftlog.state.local import Difference
@@ -87,13 +88,15 @@ class ReconstructResult:
     resumed: int = 0  # of ``clusters``, those that went on from their last build
     unchanged: int = 0  # clusters left as they were
     read_whole: int = 0  # clusters whose landed rows were all read to plan (not only those landed since)
+    interpreted: bool = False  # its expressions were interpreted (``kraftlog.spark.session.interpreted``)
 
     def line(self) -> str:
         total = sum(self.rows.values())
         parts = ", ".join(f"{k} {v}" for k, v in self.rows.items() if v)
         return (f"build {self.build_id}: {self.clusters} cluster(s) replayed ({self.resumed} going on from their "
                 f"last build), {self.unchanged} unchanged, {self.read_whole} read whole to plan, {total} history rows "
-                f"written in {self.seconds:.1f}s" + (f" ({parts})" if parts else ""))
+                f"written in {self.seconds:.1f}s" + (f" ({parts})" if parts else "")
+                + ("; expressions interpreted" if self.interpreted else ""))
 
 
 def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = None,
@@ -104,11 +107,11 @@ def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = 
     store = store or store_for(spark, config)
     build_id = new_run_id()
     with writing(store, config, build_id, "reconstruct"):
-        return _reconstruct(spark, store, build_id, clusters, full)
+        return _reconstruct(spark, store, build_id, clusters, full, config.interpreted_below)
 
 
-def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters: list[str] | None, full: bool
-                 ) -> ReconstructResult:
+def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters: list[str] | None, full: bool,
+                 interpreted_below: int) -> ReconstructResult:
     t0 = time.time()
     state_table = replay_state_table()
     remade = store.ensure_all(output_tables())
@@ -119,39 +122,42 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
         log.warning("%s created anew: every cluster is rebuilt, not only %s", ", ".join(remade), ", ".join(clusters))
         clusters = None
     source = landed(store)
-    plan = plan_build(spark, store, source, clusters, full)
-    t_plan = time.time()
-    log.info("reconstruct: %d cluster(s) go on from their last build, %d replayed from their base, %d unchanged, "
-             "%d gone", len(plan.resumed), len(plan.rebuilt), len(plan.unchanged), len(plan.gone))
-    rows = {t.name: 0 for t in output_tables()}
-    everything = clusters is None and plan.from_scratch  # every table replaced in one commit each
-    done: list[dict[str, Any]] = []
-    t_replay = t_plan
-    if plan.run or plan.gone or everything:
-        files = replay(spark, store, source, plan.run, build_id, state=plan.state, record_types=plan.record_types)
-        t_replay = time.time()
-        ranges = replay_ranges_table()
-        kinds = {t.name: kind for kind, t in history_tables().items()}
-        for t in output_tables():
-            mine = [f for f in files if f.table == t.name]
-            where = None if everything else plan.cluster_where() if t is ranges else plan.history_where(kinds[t.name])
-            if where is None and not everything:  # none of its rows change (going on, no topic named)
-                if mine:
-                    raise RuntimeError(f"{t.name}: rows written where the build plans to replace none")
-                continue
-            store.overwrite(t, mine, build_id, where)
-            rows[t.name] = sum(f.num_records for f in mine)
-        done = [r.asDict() for r in store.read_staged(ranges, files).collect()]
-    if done or plan.gone or plan.refreshed or everything:
-        state = pa.Table.from_pylist(state_table_rows(plan, done, build_id), schema=state_table.schema)
-        store.overwrite(state_table, store.stage_small(state_table, state, build_id), build_id,
-                        None if everything else plan.cluster_where(refreshed=True))
+    last = last_builds(spark, store, clusters, full)
+    with interpreted(spark, last.landed_offsets, interpreted_below) as small:
+        plan = plan_build(spark, store, source, clusters, full, last)
+        t_plan = time.time()
+        log.info("reconstruct: %d cluster(s) go on from their last build, %d replayed from their base, %d unchanged, "
+                 "%d gone", len(plan.resumed), len(plan.rebuilt), len(plan.unchanged), len(plan.gone))
+        rows = {t.name: 0 for t in output_tables()}
+        everything = clusters is None and plan.from_scratch  # every table replaced in one commit each
+        done: list[dict[str, Any]] = []
+        t_replay = t_plan
+        if plan.run or plan.gone or everything:
+            files = replay(spark, store, source, plan.run, build_id, state=plan.state, record_types=plan.record_types)
+            t_replay = time.time()
+            ranges = replay_ranges_table()
+            kinds = {t.name: kind for kind, t in history_tables().items()}
+            for t in output_tables():
+                mine = [f for f in files if f.table == t.name]
+                where = None if everything else plan.cluster_where() if t is ranges \
+                    else plan.history_where(kinds[t.name])
+                if where is None and not everything:  # none of its rows change (going on, no topic named)
+                    if mine:
+                        raise RuntimeError(f"{t.name}: rows written where the build plans to replace none")
+                    continue
+                store.overwrite(t, mine, build_id, where)
+                rows[t.name] = sum(f.num_records for f in mine)
+            done = [r.asDict() for r in store.read_staged(ranges, files).collect()]
+        if done or plan.gone or plan.refreshed or everything:
+            state = pa.Table.from_pylist(state_table_rows(plan, done, build_id), schema=state_table.schema)
+            store.overwrite(state_table, store.stage_small(state_table, state, build_id), build_id,
+                            None if everything else plan.cluster_where(refreshed=True))
     for name, n in rows.items():
         log.info("%s: %d rows", name, n)
     log.info("phases: plan %.1f s, replay %.1f s, commit %.1f s", t_plan - t0, t_replay - t_plan,
              time.time() - t_replay)
     return ReconstructResult(build_id, len(plan.run), rows, time.time() - t0, len(plan.resumed), len(plan.unchanged),
-                             len(plan.read_whole))
+                             len(plan.read_whole), small)
 
 
 def read_histories(store: TableStore) -> History:

@@ -43,7 +43,7 @@ from kraftlog.spark.bases import (
     summary_columns,
     summary_row,
 )
-from kraftlog.spark.landed import Mark, ledger_marks
+from kraftlog.spark.landed import Ledger, Mark, ledger_marks
 from kraftlog.spark.predicates import (
     Scope,
     cluster_predicate,
@@ -156,10 +156,31 @@ def _carried(problems: list[str] | None, base_problem: str | None, resume_from: 
             and not p.startswith("... and ") and before(p)]
 
 
-def plan_build(spark: SparkSession, store: TableStore, table: TableSource, clusters: list[str] | None, full: bool
-               ) -> Plan:
-    """Compare each cluster (of ``clusters``, else every one) with the state its last build left (see the module
-    docstring); where its ledger tells what landed since, only those rows are read (``carry_bases``)."""
+@dataclass(frozen=True)
+class LastBuilds:
+    """What a build compares the warehouse with: the ``replay_state`` rows its last build left, by cluster
+    (``previous``; none for a full build), their marks on the ingest ledger (``was``) and the ledger now."""
+
+    previous: dict[str, dict[str, Any]]
+    was: dict[str, Mark]
+    ledger: Ledger
+
+    @property
+    def landed_offsets(self) -> int | None:
+        """The log offsets landed beyond the last build's last offset, summed over the clusters of the ledger, as its
+        files' last offsets tell (no record read); None where a cluster has no build to go on from, or its log now
+        ends before (replayed from its base: never a small build)."""
+        total = 0
+        for c, end in self.ledger.ends.items():
+            last = (self.previous.get(c) or {}).get("last_offset")
+            if last is None or end is None or end < last:
+                return None
+            total += end - last
+        return total
+
+
+def last_builds(spark: SparkSession, store: TableStore, clusters: list[str] | None, full: bool) -> LastBuilds:
+    """The ``LastBuilds`` of the clusters of ``clusters`` (else of every one); ``full``: none is gone on from."""
     state = store.read(replay_state_table())
     previous: dict[str, Any] = {} if full else {
         r["cluster_id"]: r.asDict(recursive=True)
@@ -167,7 +188,18 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, clust
     ledger = store.read(catalog()["files"])
     was = {c: Mark(p["landed_run"], p["landed_files"], p["landed_digest"]) for c, p in previous.items()
            if p["landed_run"] is not None and (clusters is None or c in clusters)}
-    marks, held = ledger_marks(spark, ledger if clusters is None else ledger.filter(of_clusters(clusters)), was)
+    return LastBuilds(previous, was, ledger_marks(spark, ledger if clusters is None
+                                                  else ledger.filter(of_clusters(clusters)), was))
+
+
+def plan_build(spark: SparkSession, store: TableStore, table: TableSource, clusters: list[str] | None, full: bool,
+               last: LastBuilds | None = None) -> Plan:
+    """Compare each cluster (of ``clusters``, else every one) with the state its last build left (see the module
+    docstring; ``last``: as read by ``last_builds``, else read here); where its ledger tells what landed since, only
+    those rows are read (``carry_bases``)."""
+    last = last or last_builds(spark, store, clusters, full)
+    previous: dict[str, Any] = last.previous
+    was, marks, held = last.was, last.ledger.marks, last.ledger.held
     carried = carry_bases(table, {c: from_summary(c, previous[c]) for c in held}, held)
     rest = [c for c in sorted(marks) if c not in carried.bases]
     bases = sorted([*carried.bases.values(), *(cluster_bases(table, rest if carried.bases or clusters else None)

@@ -62,16 +62,26 @@ def landed_after(got: Mapping[str, Landed], ends: Mapping[str, int | None]) -> d
     return {c: at for c, g in got.items() if (at := g.after(ends.get(c))) is not None}
 
 
-def ledger_marks(spark: SparkSession, ledger: DataFrame, previous: Mapping[str, Mark]
-                 ) -> tuple[dict[str, Mark], dict[str, str]]:
-    """Per cluster of ``ledger`` (the ``files`` table), its mark now; and per cluster of ``previous`` whose ledger rows
-    up to its mark's run id are still exactly those: that run id (the rows landed since are those of later ids)."""
+@dataclass(frozen=True)
+class Ledger:
+    """The ingest ledger as a run found it, per cluster: its mark now (``marks``); for a cluster whose ledger rows up
+    to the run id of its previous mark are still exactly those, that run id (``held``: the rows landed since are
+    those of later ids); the greatest last log offset of its files (``ends``; None: no log record)."""
+
+    marks: dict[str, Mark]
+    held: dict[str, str]
+    ends: dict[str, int | None]
+
+
+def ledger_marks(spark: SparkSession, ledger: DataFrame, previous: Mapping[str, Mark]) -> Ledger:
+    """The ``Ledger`` of ``ledger`` (the ``files`` table), held against the ``previous`` marks."""
     h = F.xxhash64(*catalog()["files"].key, "run_id")
     marks = local_frame(spark, [(c, m.run) for c, m in previous.items()], "cluster_id string, _mark string")
     upto = F.col("_mark").isNotNull() & (F.col("run_id") <= F.col("_mark"))
     rows = (ledger.join(F.broadcast(marks), "cluster_id", "left").groupBy("cluster_id")
             .agg(F.max("run_id").alias("run"), F.count("*").alias("files"), F.bit_xor(h).alias("digest"),
-                 F.count(F.when(upto, 1)).alias("files_upto"), F.bit_xor(F.when(upto, h)).alias("digest_upto"))
+                 F.count(F.when(upto, 1)).alias("files_upto"), F.bit_xor(F.when(upto, h)).alias("digest_upto"),
+                 F.max("last_offset").alias("end"))
             .collect())
     now = {r["cluster_id"]: Mark(r["run"], r["files"], r["digest"] or 0) for r in rows}
     held = {}
@@ -80,7 +90,7 @@ def ledger_marks(spark: SparkSession, ledger: DataFrame, previous: Mapping[str, 
         if was is not None and was.run is not None and (r["files_upto"], r["digest_upto"] or 0) == (was.files,
                                                                                                   was.digest):
             held[r["cluster_id"]] = was.run
-    return now, held
+    return Ledger(now, held, {r["cluster_id"]: r["end"] for r in rows})
 
 
 def landed_since(table: TableSource, since: Mapping[str, str]) -> dict[str, Landed]:
@@ -118,4 +128,4 @@ def log_ends(table: TableSource, clusters: list[str]) -> dict[str, int]:
     return {r["cluster_id"]: r["end"] for r in rows if r["end"] is not None}
 
 
-__all__ = ["Landed", "Mark", "landed_after", "landed_since", "ledger_marks", "log_ends"]
+__all__ = ["Landed", "Ledger", "Mark", "landed_after", "landed_since", "ledger_marks", "log_ends"]
