@@ -115,8 +115,9 @@ def _try_set(spark: SparkSession, key: str, value: str) -> bool:
 # Spark's settings that evaluate expressions interpreted, not compiled (its own fallback where code generation
 # fails): each query of a run compiles its generated code (Janino, then the JVM's JIT), a fixed cost per query that
 # a small increment's few thousand rows never earn back. On the 5M-record benchmark cluster's hourly increment,
-# interpreted: reconstruct + analyze 14.7 s against 18.5 s (the JIT's compiler threads took 8 of the analysis's
-# 28 CPU seconds); a full build interpreted: 219 s against 147 s
+# interpreted: reconstruct + analyze 15.0-15.7 s against 16.8-17.2 s in a warm process, 25.9 s against 29.9 s in a
+# fresh one (compiled, the JIT's compiler threads took 8 of the analysis's 28 CPU seconds); a full build
+# interpreted: 219 s against 147 s
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
