@@ -10,9 +10,10 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -109,6 +110,23 @@ def upload(env: dict[str, str], local: Path, uri: str) -> int:
 VOLATILE = {"run_id", "file", "path", "data_dir", "ingested_at", "modification_time", "winner_file", "loser_file",
             "started_at", "finished_at", "seconds", "inputs", "writer", "build_id", "built_at", "lineage", "landed_run",
             "landed_files", "landed_digest", "history_build_id", "checked_at"}
+
+
+def land_build_analyze(spark: Any, inputs: Path, wh: Path, full: bool = False,
+                       before_build: Callable[[Any], object] | None = None) -> tuple[Any, Any]:
+    """Ingest ``inputs`` into the warehouse ``wh`` (each cluster named by its cluster.id), then reconstruct and
+    analyze (``full``: from scratch); ``before_build``: called with the run's ``Config`` once the inputs landed.
+    Returns the ``ReconstructResult`` and the ``AnalyzeResult``."""
+    from kraftlog.config import Config
+    from kraftlog.spark.analyze import analyze
+    from kraftlog.spark.history import reconstruct
+    from kraftlog.spark.ingest import ingest
+
+    config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
+    ingest(spark, [str(inputs)], config)
+    if before_build is not None:
+        before_build(config)
+    return reconstruct(spark, config, full=full), analyze(spark, config, full=full)
 
 
 def table_rows(uri: str, options: dict[str, str] | None = None) -> list[str]:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from conftest import ROOT
 from event_oracle import evaluated, under_min_isr_rows
+from services import land_build_analyze
 
-from kraftlog.config import Config
 from kraftlog.state.local import load_clusters, replay, verify
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -44,10 +44,6 @@ def test_the_generated_min_insync_replicas_make_the_windows_evaluated_point_by_p
     """The generated configs of min.insync.replicas (the cluster default 2, topics at 1 or 3, a broker's own, their
     churn) put partitions under it while a replica is out: the Spark-built ``under_min_isr`` windows are those
     evaluated point by point, and there are windows from a topic's config."""
-    from kraftlog.spark.analyze import analyze
-    from kraftlog.spark.history import reconstruct
-    from kraftlog.spark.ingest import ingest
-
     generate(tmp_path / "in" / "node", brokers=12, racks=3, topics=100, partitions=600, records=30_000, seed=3,
              segment_records=10_000)
     (cluster,) = load_clusters([tmp_path / "in"])
@@ -56,10 +52,7 @@ def test_the_generated_min_insync_replicas_make_the_windows_evaluated_point_by_p
                      if e.decoded.type == "CONFIG_RECORD" and e.decoded.data["name"] == "min.insync.replicas")
     assert set_at[(2, False)] > 0 and set_at[(4, True)] == 1 and set_at[(4, False)] > 0  # topics, default, brokers
     wh = tmp_path / "wh"
-    config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
-    ingest(spark, [str(tmp_path / "in")], config)
-    reconstruct(spark, config)
-    analyze(spark, config)
+    land_build_analyze(spark, tmp_path / "in", wh)
     windows = under_min_isr_rows(wh)
     assert windows == evaluated(wh)
     assert "topic" in {w[9] for w in windows}, windows[:3]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import services
 from conftest import SAMPLE, examples, split_replays
 from deltalake import DeltaTable
 from event_oracle import evaluated, under_min_isr_rows
@@ -57,11 +58,9 @@ def land_and_replay(spark: Any, inputs: Path, config: Config) -> ReconstructResu
 
 def land_build_analyze(spark: Any, inputs: Path, wh: Path, full: bool = False, check_bases: bool = False
                        ) -> tuple[ReconstructResult, AnalyzeResult]:
-    config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
-    ingest(spark, [str(inputs)], config)
-    if check_bases:
-        assert_bases_carried_as_read_whole(spark, config)
-    return reconstruct(spark, config, full=full), analyze(spark, config, full=full)
+    """``services.land_build_analyze``; ``check_bases``: the bases planned from what landed since checked first."""
+    return services.land_build_analyze(spark, inputs, wh, full, (lambda config: assert_bases_carried_as_read_whole(
+        spark, config)) if check_bases else None)
 
 
 def assert_bases_carried_as_read_whole(spark: Any, config: Config) -> int:
