@@ -67,7 +67,14 @@ from kraftlog.analytics.events import (
 from kraftlog.config import Config
 from kraftlog.spark.history import built_clusters, landed, read_histories
 from kraftlog.spark.landed import Landed, Mark, landed_after, landed_since, ledger_marks, log_ends
-from kraftlog.spark.predicates import Scope, cluster_predicate, named_topics, of_clusters, only_topics
+from kraftlog.spark.predicates import (
+    Scope,
+    cluster_predicate,
+    named_topics,
+    of_clusters,
+    only_clusters,
+    only_topics,
+)
 from kraftlog.spark.session import interpreted, local_frame
 from kraftlog.spark.store import Landing, TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
@@ -239,16 +246,12 @@ class LastAnalyses:
 def last_analyses(store: TableStore, clusters: list[str] | None, anew: bool) -> LastAnalyses:
     """The ``LastAnalyses`` of the clusters of ``clusters`` (else of every one)."""
     def by_cluster(df: DataFrame) -> dict[str, dict[str, Any]]:
-        return {r["cluster_id"]: r.asDict() for r in _only(df, clusters).collect()}
+        return {r["cluster_id"]: r.asDict() for r in only_clusters(df, clusters).collect()}
 
     with ThreadPoolExecutor(2) as pool:  # (small jobs: each waits more on scheduling than on cores)
         states = pool.submit(by_cluster, store.read(replay_state_table()))
         previous = {} if anew and clusters is None else by_cluster(store.read(analyze_state_table()))
         return LastAnalyses(states.result(), previous, anew)
-
-
-def _only(df: DataFrame, clusters: list[str] | None) -> DataFrame:
-    return df if clusters is None else df.filter(of_clusters(clusters))
 
 
 def plan_events(store: TableStore, clusters: list[str] | None, anew: bool, last: LastAnalyses | None = None
@@ -259,7 +262,7 @@ def plan_events(store: TableStore, clusters: list[str] | None, anew: bool, last:
     current, previous = last.current, last.previous
     was_marked = {c: Mark(was["landed_run"], was["landed_files"], was["landed_digest"])
                   for c, was in previous.items() if was["landed_run"] is not None}
-    ledger = ledger_marks(store.spark, _only(store.read(catalog()["files"]), clusters), was_marked)
+    ledger = ledger_marks(store.spark, only_clusters(store.read(catalog()["files"]), clusters), was_marked)
     marks, held = ledger.marks, ledger.held
     if anew and clusters is None:
         return EventPlan(True, rebuilt=sorted(current), histories=current, marks=marks)
@@ -435,7 +438,7 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope
         return Inputs(histories, source, ranges)
 
     def only(df: DataFrame) -> DataFrame:
-        return df if clusters is None else df.filter(of_clusters(clusters))
+        return only_clusters(df, clusters)
 
     def rows(kind: str, df: DataFrame) -> DataFrame:
         df = only(df) if versions is None else versions.select(df)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from kraftlog.spark.predicates import Scope, of_clusters
+from kraftlog.spark.predicates import Scope, of_clusters, only_clusters
 from kraftlog.spark.session import local_frame
 from kraftlog.state.bases import Base, SnapshotRef, choose_base, parse_snapshot_id, snapshot_reach
 from kraftlog.tables.definitions import catalog
@@ -166,7 +166,7 @@ def log_epochs(log: DataFrame, points: list[tuple[str, int]]) -> dict[tuple[str,
 
 def _sources(table: TableSource, clusters: list[str] | None) -> tuple[DataFrame, DataFrame]:
     """The log records and the snapshot records (of ``clusters``, else of every cluster)."""
-    records = table("records") if clusters is None else table("records").filter(of_clusters(clusters))
+    records = only_clusters(table("records"), clusters)
     return records.filter(F.col("source") == "log"), records.filter(F.col("source") == "snapshot")
 
 

@@ -49,6 +49,7 @@ from kraftlog.spark.predicates import (
     cluster_predicate,
     named_topics,
     of_clusters,
+    only_clusters,
     sql_literal,
     topics_sql,
 )
@@ -188,8 +189,7 @@ def last_builds(spark: SparkSession, store: TableStore, clusters: list[str] | No
     ledger = store.read(catalog()["files"])
     was = {c: Mark(p["landed_run"], p["landed_files"], p["landed_digest"]) for c, p in previous.items()
            if p["landed_run"] is not None and (clusters is None or c in clusters)}
-    return LastBuilds(previous, was, ledger_marks(spark, ledger if clusters is None
-                                                  else ledger.filter(of_clusters(clusters)), was))
+    return LastBuilds(previous, was, ledger_marks(spark, only_clusters(ledger, clusters), was))
 
 
 def plan_build(spark: SparkSession, store: TableStore, table: TableSource, clusters: list[str] | None, full: bool,

@@ -41,6 +41,11 @@ def of_clusters(clusters: list[str], column: str = "cluster_id") -> Column:
     return F.expr(str(cluster_predicate(clusters, column)))
 
 
+def only_clusters(df: DataFrame, clusters: list[str] | None) -> DataFrame:
+    """The rows of ``df`` of ``clusters`` (None: every row)."""
+    return df if clusters is None else df.filter(of_clusters(clusters))
+
+
 def cut_literal(value: int | str | datetime) -> str:
     """A cut as a SQL literal both Spark and delta-rs read alike: an integer, a quoted string, or an instant as an
     ISO-8601 string in UTC (both compare a timestamp column with it as that instant)."""

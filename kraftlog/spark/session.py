@@ -125,15 +125,17 @@ INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.facto
 def interpreted(spark: SparkSession, new_offsets: int | None, below: int) -> Iterator[bool]:
     """While the block runs, a run that goes on with fewer than ``below`` new log offsets (``new_offsets``; None: a
     cluster rebuilt, never small) evaluates its expressions interpreted (``INTERPRETED``); the session's settings are
-    restored after. Yields whether it does. A setting the session does not let change is left as it was."""
-    small = new_offsets is not None and new_offsets < below
-    before = {key: spark.conf.get(key, None) for key in INTERPRETED} if small else {}
-    changed = [key for key, value in INTERPRETED.items()
-               if small and before[key] != value and _try_set(spark, key, value)]
-    if small:
+    restored after. Yields whether it does: not where the session does not let a setting change."""
+    if new_offsets is None or new_offsets >= below:
+        yield False
+        return
+    before = {key: spark.conf.get(key, None) for key in INTERPRETED}
+    changed = [key for key, value in INTERPRETED.items() if before[key] != value and _try_set(spark, key, value)]
+    on = all(before[key] == value or key in changed for key, value in INTERPRETED.items())
+    if on:
         logging.getLogger("kraftlog").info("%d new offsets (below %d): expressions interpreted", new_offsets, below)
     try:
-        yield small
+        yield on
     finally:
         for key in changed:
             was = before[key]
