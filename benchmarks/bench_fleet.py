@@ -12,7 +12,10 @@ For each input, on local[cores]:
   run's seconds vary by a quarter on a shared 2-core machine;
 * **increment as scheduled**: the same increment once more, run as an hourly schedule runs it: ``kraftlog run`` in
   a process of its own, a fresh JVM whose JIT compiles Spark's code anew (the runs above share this process's JVM,
-  warmed by the full build).
+  warmed by the full build);
+* **increment through Spark Connect**: as the DAG's ``connect`` shape runs it: one Spark Connect server (local[cores],
+  the profile's settings) kept up for ``--connect-runs`` hours, each ``kraftlog run`` a fresh client of it; the first
+  hour finds the server cold, the median of the others is reported.
 
 Reported per step: seconds, non-NoOp records per second per core, peak resident memory of the
 driver's JVM and Python and of the Python workers. The big cluster is generated once per size and
@@ -31,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +52,9 @@ from common import (
 )
 
 from kraftlog.wire.files import classify
+
+sys.path.insert(0, str(ROOT / "tests"))
+from services import connect_server
 
 
 class DriverMemory(threading.Thread):
@@ -157,13 +164,15 @@ def pipeline(spark: Any, config: Any, inputs: Path) -> dict[str, Any]:
     return out
 
 
-def as_scheduled(config: Any, inputs: Path, work: Path) -> dict[str, Any]:
+def as_scheduled(config: Any, inputs: Path, work: Path, remote: str | None = None) -> dict[str, Any]:
     """The increment as an hourly schedule runs it: ``kraftlog run`` (the steps in one session) in a process of its
-    own, a fresh JVM whose JIT compiles Spark's code anew; seconds from start to exit, and the seconds of reconstruct
-    and analyze as it reports them. (The warm runs share this process's JVM, its code compiled by the full build.)"""
+    own, a fresh JVM whose JIT compiles Spark's code anew (``remote``: a client of that Spark Connect server);
+    seconds from start to exit, and the seconds of reconstruct and analyze as it reports them. (The warm runs share
+    this process's JVM, its code compiled by the full build.)"""
     profile = profile_toml(config.data, work / "profile.toml")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, **({"SPARK_REMOTE": remote} if remote else {})}
     seconds, out = run_command([str(Path(sys.executable).parent / "kraftlog"), "run", "--profile", str(profile),
-                                "--quiet", str(inputs)], {**os.environ, "PYSPARK_PYTHON": sys.executable})
+                                "--quiet", str(inputs)], env)
     result = {"run_seconds": round(seconds, 1)}
     for step, rows in (("reconstruct", "history"), ("analyze", "event")):
         found = re.search(rf"{rows} rows written in ([0-9.]+)s", out)
@@ -171,6 +180,23 @@ def as_scheduled(config: Any, inputs: Path, work: Path) -> dict[str, Any]:
             raise RuntimeError(f"kraftlog run printed no {step} summary:\n{out[-4000:]}")
         result[f"{step}_seconds"] = float(found.group(1))
     return result
+
+
+def through_connect(config: Any, inputs: Path, work: Path, hour: Callable[[], None], runs: int) -> dict[str, Any]:
+    """The increment as an hourly schedule runs it on a Spark Connect server that stays up between runs (the DAG's
+    ``connect`` shape): the server started with the profile's Spark settings, then ``runs`` hours, each ``kraftlog
+    run`` as a fresh client process after ``hour()`` (the full build's warehouse and the grown input). The first
+    hour finds the server's JVM cold; the median of the others is reported."""
+    with connect_server(work, config.spark["master"], {k: str(v) for k, v in config.spark.get("conf", {}).items()},
+                        long_lived=True) as url:
+        hours = []
+        for _ in range(runs):
+            hour()
+            hours.append(as_scheduled(config, inputs, work, url))
+    build = lambda r: r["reconstruct_seconds"] + r["analyze_seconds"]  # noqa: E731
+    warm = sorted(hours[1:], key=build)
+    return {"first_hour": hours[0], "hour": warm[len(warm) // 2] if warm else hours[0],
+            "hours_build_seconds": [round(build(r), 1) for r in hours]}
 
 
 def non_noop_records(spark: Any, config: Any) -> int:
@@ -183,10 +209,11 @@ def non_noop_records(spark: Any, config: Any) -> int:
     return records.filter((F.col("source") == "log") & (F.col("record_type") != "NO_OP_RECORD")).count()
 
 
-def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores: int, increments: int = 1
-              ) -> dict[str, Any]:
+def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores: int, increments: int = 1,
+              connect_runs: int = 0) -> dict[str, Any]:
     """The full build, then the increment ``increments`` times, each from the warehouse and input the full build
-    left (the median run by reconstruct + analyze is reported, the others' seconds listed beside it)."""
+    left (the median run by reconstruct + analyze is reported, the others' seconds listed beside it), once as
+    scheduled (a fresh application) and ``connect_runs`` times through a Spark Connect server that stays up."""
     config = with_warehouse(base, work, name)
     warehouse = Path(config.warehouse)
     inputs, cut = split_input(source, work / f"in-{name}")
@@ -208,9 +235,14 @@ def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores:
             from_the_full_build()
         grow(source, inputs)
         runs.append(pipeline(spark, config, inputs))
-    from_the_full_build()
-    grow(source, inputs)
+    def next_hour() -> None:
+        from_the_full_build()
+        grow(source, inputs)
+
+    next_hour()
     result["increment_as_scheduled"] = as_scheduled(config, inputs, work)
+    if connect_runs:
+        result["increment_through_connect"] = through_connect(config, inputs, work, next_hour, connect_runs)
     build = lambda r: r["reconstruct_seconds"] + r["analyze_seconds"]  # noqa: E731
     result["increment"] = sorted(runs, key=build)[len(runs) // 2]
     result["increment_runs_build_seconds"] = [round(build(r), 1) for r in runs]
@@ -223,6 +255,9 @@ def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores:
     result["increment_build_share"] = round(build(result["increment"]) / build(result["full"]), 3)
     result["increment_as_scheduled_build_share"] = round(build(result["increment_as_scheduled"])
                                                          / build(result["full"]), 3)
+    if connect_runs:
+        result["increment_through_connect_build_share"] = round(
+            build(result["increment_through_connect"]["hour"]) / build(result["full"]), 3)
     return result
 
 
@@ -237,6 +272,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--increments", type=int, default=3,
                     help="runs of the increment, each from the full build's warehouse (the median is reported)")
+    ap.add_argument("--connect-runs", type=int, default=3,
+                    help="hourly runs of the increment through one Spark Connect server (the first finds it cold; "
+                    "0: none)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
@@ -259,7 +297,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, source in inputs:
             print(f"{name} ...", flush=True)
             results[name] = run_input(spark, base, work, name.replace(" ", ""), source, args.cores,
-                                      args.increments)
+                                      args.increments, args.connect_runs)
             print(results[name], flush=True)
         spark.stop()
     finally:
@@ -276,6 +314,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{name}: the increment's reconstruct + analyze took {results[name]['increment_build_share']:.1%} "
               f"of the full build's; as scheduled (kraftlog run, a fresh JVM) "
               f"{results[name]['increment_as_scheduled_build_share']:.1%}, the run {cold['run_seconds']} s")
+        if "increment_through_connect" in results[name]:
+            hour = results[name]["increment_through_connect"]["hour"]
+            print(f"{name}: through a Spark Connect server that stays up (a fresh client an hour) "
+                  f"{results[name]['increment_through_connect_build_share']:.1%}, the run {hour['run_seconds']} s")
     save_results(args.json, results)
     return results
 

@@ -254,17 +254,22 @@ def standalone_cluster(work: Path, workers: int = 2, cores: int = 1, memory: str
 
 
 @contextmanager
-def connect_server(work: Path, master: str = "local[2]") -> Iterator[str]:
-    """A Spark Connect server (pip pyspark's jar) on a free loopback port; yields its ``sc://`` URL."""
+def connect_server(work: Path, master: str = "local[2]", conf: Mapping[str, str] | None = None,
+                   long_lived: bool = False) -> Iterator[str]:
+    """A Spark Connect server (pip pyspark's jar) on a free loopback port; yields its ``sc://`` URL. ``conf``: more
+    settings; ``long_lived``: the JVM as Spark starts it (not ``SHORT_JVM``), a server that serves many runs."""
     port = free_port()
+    settings = {"spark.connect.grpc.binding.port": str(port), "spark.connect.grpc.binding.address": "127.0.0.1",
+                "spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC",
+                "spark.default.parallelism": master[6:-1] if master.startswith("local[") else "2", **(conf or {})}
+    env = spark_env()
+    if long_lived:
+        env.pop("JDK_JAVA_OPTIONS")
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "spark-submit"), "--class",
          "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", master,
-         "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-         "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
-         "--conf", f"spark.default.parallelism={master[6:-1] if master.startswith('local[') else 2}",
-         "spark-internal"],
-        env=spark_env(), cwd=work, stdout=open(work / "server.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+         *[arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")], "spark-internal"],
+        env=env, cwd=work, stdout=open(work / "server.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
     try:
         wait_for_port(port, 180, proc)
         yield f"sc://127.0.0.1:{port}"

@@ -3,14 +3,19 @@ application, pipeline -> maintain), and renders arguments that kraftlog's own jo
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import ROOT, load_job
-from services import spark_env
+from services import connect_server, spark_env
 
 from kraftlog.spark.session import job_parser
 
@@ -67,6 +72,14 @@ def test_dag_wires_the_jobs_in_order(dag: Any) -> None:
     assert dag.max_active_runs == 1 and dag.tasks[0].retries >= 1
 
 
+def _job_of(task: Any) -> tuple[str, list[str]]:
+    """The job a task runs and its arguments (templated): spark-submit's application, or what a Spark Connect
+    task runs in its own process."""
+    if hasattr(task, "application"):
+        return task.application, task.application_args
+    return task.op_kwargs["script"], task.op_kwargs["argv"]
+
+
 def _rendered(dag: Any) -> dict[str, Any]:
     """Each task's templated arguments, rendered for the run of 03:00-04:00 and parsed with its job's parser."""
     import pendulum
@@ -84,9 +97,10 @@ def _rendered(dag: Any) -> dict[str, Any]:
                "var": {"value": Variables()}}
     parsed = {}
     for task in dag.tasks:
-        argv = task.render_template(task.application_args, context)
+        script, args = _job_of(task)
+        argv = task.render_template(args, context)
         assert not any("{{" in a for a in argv), argv
-        job = load_job(Path(task.application).stem)
+        job = load_job(Path(script).stem)
         parsed[task.task_id] = job_parser(task.task_id, getattr(job, "_options", None)).parse_args(argv)
     return parsed
 
@@ -115,6 +129,21 @@ def test_dag_as_one_application_runs_the_pipeline_then_upkeep(one_app_dag: Any) 
     assert run.profile.endswith("conf/cluster.toml")
 
 
+def test_dag_on_spark_connect_runs_the_jobs_on_a_server_that_stays_up(tmp_path: Path) -> None:
+    """``KRAFTLOG_DAG_SHAPE=connect``: the same pipeline -> maintain, each job run in the task's process on a
+    session of the ``spark_connect_default`` connection's server (no application submitted)."""
+    from airflow.providers.apache.spark.operators.spark_pyspark import PySparkOperator
+
+    dag = _dags(tmp_path, KRAFTLOG_DAG_SHAPE="connect")
+    assert [t.task_id for t in dag.topological_sort()] == ["pipeline", "maintain"]
+    for task in dag.tasks:
+        assert isinstance(task, PySparkOperator) and task.conn_id == "spark_connect_default"
+        assert (ROOT / "jobs" / task.op_kwargs["script"]).is_file()
+    run = _rendered(dag)["pipeline"]
+    assert run.inputs == ["s3a://archive/a,s3a://archive/b"] and run.verify
+    assert (run.start, run.end) == HOUR and run.report_dir.endswith("/20261121T0400")
+
+
 def test_dag_refuses_a_shape_it_does_not_know(tmp_path: Path) -> None:
     bag = _bag(tmp_path, KRAFTLOG_DAG_SHAPE="single")
     assert "KRAFTLOG_DAG_SHAPE='single'" in "".join(bag.import_errors.values())
@@ -122,19 +151,22 @@ def test_dag_refuses_a_shape_it_does_not_know(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("shape", "tasks"), [("steps", ["ingest", "reconstruct", "analytics", "report", "maintain"]),
-                                              ("one", ["pipeline", "maintain"])])
-def test_dag_runs_end_to_end_with_spark_submit(dag: Any, tmp_path: Path, shape: str, tasks: list[str]) -> None:
-    """``airflow dags test``: the tasks run for real (spark-submit on local[2]) over the bundled sample, for the
-    03:00-04:00 interval, and leave the tables and the report of that hour; a task per step, or one application."""
-    import os
-    import subprocess
-    import sys
-
-    from deltalake import DeltaTable
-
+                                              ("one", ["pipeline", "maintain"]), ("connect", ["pipeline", "maintain"])])
+def test_dag_runs_end_to_end(dag: Any, tmp_path: Path, shape: str, tasks: list[str]) -> None:
+    """``airflow dags test``: the tasks run for real (spark-submit on local[2], or jobs on a real Spark Connect
+    server) over the bundled sample, for the 03:00-04:00 interval, and leave the tables and the report of that hour;
+    a task per step, one application, or the jobs on a Connect server."""
     bin_dir = Path(sys.executable).parent
     if not (bin_dir / "spark-submit").exists() or not (bin_dir / "airflow").exists():
         pytest.skip(f"spark-submit or the airflow CLI not in {bin_dir}")
+    with contextlib.ExitStack() as stack:
+        connect = stack.enter_context(connect_server(tmp_path)) if shape == "connect" else None
+        _dags_test(tmp_path, bin_dir, shape, tasks, connect)
+
+
+def _dags_test(tmp_path: Path, bin_dir: Path, shape: str, tasks: list[str], connect: str | None) -> None:
+    from deltalake import DeltaTable
+
     profile = tmp_path / "profile.toml"
     wh, reports = tmp_path / "warehouse", tmp_path / "reports"
     profile.write_text('[spark]\nmaster = "local[2]"\n[spark.conf]\n"spark.sql.shuffle.partitions" = "4"\n'
@@ -144,12 +176,18 @@ def test_dag_runs_end_to_end_with_spark_submit(dag: Any, tmp_path: Path, shape: 
            "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
            "AIRFLOW_VAR_KRAFTLOG_CONF": str(profile), "AIRFLOW_VAR_KRAFTLOG_REPORTS": str(reports),
            "AIRFLOW_VAR_KRAFTLOG_INPUTS": str(ROOT / "samples" / "scenario-a"), "KRAFTLOG_DAG_SHAPE": shape}
+    if connect is not None:
+        host, port = connect.removeprefix("sc://").split(":")
+        env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps({"conn_type": "spark_connect", "host": host,
+                                                                "port": int(port)})
     airflow = str(bin_dir / "airflow")
     for cmd in (["db", "migrate"], ["dags", "reserialize"], ["dags", "test", "kraftlog", "2026-11-21T04:00:00+00:00"]):
         run = subprocess.run([airflow, *cmd], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=1200)
         assert run.returncode == 0, (cmd, run.stdout[-3000:], run.stderr[-3000:])
     out = run.stdout + run.stderr
     assert "state=success" in out  # the run's, once its tasks all succeeded
+    if connect is not None:
+        assert "spark: connect" in out  # the jobs ran on the server's sessions
     assert re.findall(r"\[DAG TEST\] end task task_id=(\w+)", out) == tasks
     assert DeltaTable(str(wh / "leader_elections")).count() > 0  # ingest, reconstruct and analytics ran
     page = (reports / "20261121T0400" / "report-T4vFxmI9RFCnFwCmltnwag.html").read_text()
