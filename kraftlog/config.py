@@ -39,6 +39,14 @@ DEFAULTS: dict[str, Any] = {
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.sql.execution.arrow.maxBytesPerBatch": "67108864",
             "spark.python.worker.reuse": "true",
+            # a scan is planned at its Parquet files' size, which undercounts what it holds in memory: three columns
+            # of every log record, planned at 9.8 MiB on the 5M-record benchmark cluster (under the 10 MiB
+            # broadcast threshold), were broadcast as 960 MiB, and a driver with 4g ran out of memory. Planned at
+            # ten times their files' size such scans are shuffled (AQE still broadcasts what turns out small)
+            "spark.sql.sources.fileCompressionFactor": "10",
+            # each hash table (a broadcast join's, an aggregation's) starts with one memory page: 64 MiB with a 4g
+            # driver, for a broadcast of one row. 4 MiB pages (a bigger row gets a page of its own)
+            "spark.buffer.pageSize": "4m",
             # PySpark 4 records each DataFrame call's Python call site for error messages: about ten round trips
             # to the JVM per call, more than half of the driver's calls in an analysis; off by default
             "spark.python.sql.dataFrameDebugging.enabled": "false",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,3 +51,36 @@ def test_paths_are_named_as_uris() -> None:
     assert normalize("s3a://bucket/a/b") == normalize("s3://bucket/a/b") == "s3://bucket/a/b"
     assert normalize("/x/y") == normalize("file:///x/y") == normalize("file:/x/y") == "file:/x/y"
     assert normalize("gs://b/k") == "gs://b/k"
+
+
+def test_a_narrow_scan_of_a_big_table_is_planned_too_big_to_broadcast(spark: Any, tmp_path: Path) -> None:
+    """Parquet undercounts what a scan holds in memory (sorted offsets compress a hundredfold): the embedded
+    profile plans scans at ten times their files' size (``spark.sql.sources.fileCompressionFactor``), so a join
+    shuffles a narrow projection of a big table rather than build all of it on the driver as a broadcast; the
+    same join plans a broadcast when the files' size is taken as it is."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    n = 200_000
+    pq.write_table(pa.table({"cluster_id": ["c"] * n, "log_offset": pa.array(range(n), pa.int64()),
+                             "batch_base_offset": pa.array([i - i % 8 for i in range(n)], pa.int64())}),
+                   tmp_path / "records.parquet")
+    size = (tmp_path / "records.parquet").stat().st_size
+    records = spark.read.parquet(str(tmp_path))
+    births = spark.range(10).select(F.lit("c").alias("cluster_id"), F.col("id").alias("log_offset"))
+
+    def plan() -> str:  # (a left join can only build its right side: the records)
+        return str(births.join(records, ["cluster_id", "log_offset"], "left")._jdf.queryExecution().executedPlan())
+
+    assert spark.conf.get("spark.sql.sources.fileCompressionFactor") == "10"
+    before = {k: spark.conf.get(k) for k in ("spark.sql.autoBroadcastJoinThreshold",
+                                             "spark.sql.sources.fileCompressionFactor")}
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", str(size * 3))  # above the files, below 10x them
+    try:
+        assert "BroadcastExchange" not in plan() and "SortMergeJoin" in plan()
+        spark.conf.set("spark.sql.sources.fileCompressionFactor", "1")
+        assert "BroadcastExchange" in plan()
+    finally:
+        for key, value in before.items():
+            spark.conf.set(key, value)

@@ -3,15 +3,17 @@
     ingest -> reconstruct -> analytics -> report -> maintain      (KRAFTLOG_DAG_SHAPE=steps, the default)
     pipeline -> maintain                                          (KRAFTLOG_DAG_SHAPE=one, or connect)
 
-Each task is a ``SparkSubmitOperator`` running one of kraftlog's spark-submit jobs (``jobs/*.py``) with
-the same profile (``--profile``). ``steps``: a task per step, each retried on its own, each its own application.
+Each task runs one of kraftlog's spark-submit jobs (``jobs/*.py``) with the same profile (``--profile``): as a
+``SparkSubmitOperator`` (``steps`` and ``one``), or in the task's own process (``connect``). ``steps``: a task per
+step, each retried on its own, each its own application.
 ``one``: ``jobs/pipeline.py`` runs ingest, reconstruct (with verify), analytics and the reports as one application,
 one driver start-up and one JVM warm-up an hour instead of four (a 5M-record cluster's hourly increment: 36 s
 against 56 s on local[2]); a failed hour is retried whole, which redoes only what the failed attempt did not commit.
 ``connect``: the same two jobs, each run in the Airflow task's own process on a session of a Spark Connect server
 that stays up between runs (the ``spark_connect_default`` connection, ``PySparkOperator``): no application starts
-and the server's JVM is warm from the hours before (the 5M-record hourly increment: 19-22 s a run against 41 s as a
-fresh application); the Airflow worker needs kraftlog installed (it is the driver's side), the server's Python too.
+and the server's JVM is warm from the hours before (the 5M-record cluster's hourly increment: 21 s a run against
+45 s as a fresh application); the Airflow worker needs kraftlog installed (it is the driver's side: the storage
+credentials too), and so does the server's Python.
 Every step is idempotent (ingest adds only new records; the others
 replace their tables in one commit), so retries and backfills are safe. The report covers the run's
 data interval (``{{ data_interval_start }}`` to ``{{ data_interval_end }}``).
