@@ -11,8 +11,8 @@ one driver start-up and one JVM warm-up an hour instead of four (a 5M-record clu
 against 56 s on local[2]); a failed hour is retried whole, which redoes only what the failed attempt did not commit.
 ``connect``: the same two jobs, each run in the Airflow task's own process on a session of a Spark Connect server
 that stays up between runs (the ``spark_connect_default`` connection, ``PySparkOperator``): no application starts
-and the server's JVM is warm from the hours before (the 5M-record cluster's hourly increment: 21 s a run against
-45 s as a fresh application); the Airflow worker needs kraftlog installed (it is the driver's side: the storage
+and the server's JVM is warm from the hours before (the 5M-record cluster's hourly increment: 18 s a run against
+32 s as a fresh application); the Airflow worker needs kraftlog installed (it is the driver's side: the storage
 credentials too), and so does the server's Python.
 Every step is idempotent (ingest adds only new records; the others
 replace their tables in one commit), so retries and backfills are safe. The report covers the run's
