@@ -620,20 +620,21 @@ _DERIVED_TYPES = {"is_control": pa.bool_(), "api_key": pa.int16(), "record_type"
 
 
 class _Derived:
-    """The distinct ``Derived`` values of a chunk, column-wise, with the redacted ``Decoded`` of each."""
+    """The distinct ``Derived`` values of a chunk (as columns: ``arrays``), with the redacted ``Decoded`` of each."""
 
     def __init__(self) -> None:
-        self.columns: dict[str, list[Any]] = {name: [] for name in _DERIVED_TYPES}
+        self.rows: list[Derived] = []
         self.decoded: list[Decoded] = []
 
     def add(self, values: Derived) -> int:
-        for name, column in self.columns.items():
-            column.append(getattr(values, name))
+        self.rows.append(values)
         self.decoded.append(values.decoded)
         return len(self.decoded) - 1
 
     def arrays(self) -> dict[str, pa.Array]:
-        return {name: pa.array(col, _DERIVED_TYPES[name]) for name, col in self.columns.items()}
+        columns = list(zip(*self.rows, strict=True)) or [() for _ in Derived._fields]
+        return {name: pa.array(column, _DERIVED_TYPES[name])
+                for name, column in zip(Derived._fields, columns, strict=True) if name in _DERIVED_TYPES}
 
 
 _CODECS = pa.array([CODEC_NAMES.get(i, str(i)) for i in range(8)], pa.string())

@@ -96,6 +96,11 @@ def _int_list(value: list[int]) -> str:
     return "[" + ",".join(map(str, value)) + "]"
 
 
+def _string_list(value: list[Any]) -> str:
+    """An array of strings (or uuids); a null element, which no schema allows, is written as ``dumps`` does."""
+    return "[" + ",".join(map(dumps, value) if None in value else map(_quote, value)) + "]"
+
+
 def _writer(f: _Out, element_type: str) -> Callable[[Any], str]:
     """How a field's value (not null) is written: the type decides, once per field."""
     if f.kind == STRUCT:
@@ -105,8 +110,8 @@ def _writer(f: _Out, element_type: str) -> Callable[[Any], str]:
         return lambda v: dumps(_value(f, v))
     if element_type in _INTEGERS:
         return _int_list if f.array else str
-    if element_type in ("string", "uuid") and not f.array:
-        return _quote
+    if element_type in ("string", "uuid"):
+        return _string_list if f.array else _quote
     return dumps
 
 
@@ -164,8 +169,21 @@ def _object(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, .
 
 
 def _text(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, ...] = ()) -> str:
-    return "{" + ",".join(f.key + (dumps(value) if kept or value is None else f.text(value))
-                          for f, value, kept in _fields(plan, data, redacted)) + "}"
+    # what ``_fields`` yields, written in one loop: the ingest's hottest (every distinct record value, 5 µs each)
+    parts = []
+    for f in plan:
+        column = f.column
+        if column not in data:
+            continue
+        value = data[column]
+        if redacted and column in redacted:
+            parts.append(f.key + dumps(value if isinstance(value, str) else REDACTED))
+        elif value is None:
+            if not (f.tagged and f.default is None):
+                parts.append(f.key + "null")
+        elif not (f.tagged and value == f.default):
+            parts.append(f.key + f.text(value))
+    return "{" + ",".join(parts) + "}"
 
 
 def _b64(value: bytes) -> str:
