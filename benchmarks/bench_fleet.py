@@ -182,6 +182,11 @@ def as_scheduled(config: Any, inputs: Path, work: Path, remote: str | None = Non
     return result
 
 
+def build_seconds(run: dict[str, Any]) -> float:
+    """A run's reconstruct + analyze seconds (what the increment's share compares)."""
+    return float(run["reconstruct_seconds"] + run["analyze_seconds"])
+
+
 def through_connect(config: Any, inputs: Path, work: Path, hour: Callable[[], None], runs: int) -> dict[str, Any]:
     """The increment as an hourly schedule runs it on a Spark Connect server that stays up between runs (the DAG's
     ``connect`` shape): the server started with the profile's Spark settings, then ``runs`` hours, each ``kraftlog
@@ -193,10 +198,9 @@ def through_connect(config: Any, inputs: Path, work: Path, hour: Callable[[], No
         for _ in range(runs):
             hour()
             hours.append(as_scheduled(config, inputs, work, url))
-    build = lambda r: r["reconstruct_seconds"] + r["analyze_seconds"]  # noqa: E731
-    warm = sorted(hours[1:], key=build)
+    warm = sorted(hours[1:], key=build_seconds)
     return {"first_hour": hours[0], "hour": warm[len(warm) // 2] if warm else hours[0],
-            "hours_build_seconds": [round(build(r), 1) for r in hours]}
+            "hours_build_seconds": [round(build_seconds(r), 1) for r in hours]}
 
 
 def non_noop_records(spark: Any, config: Any) -> int:
@@ -243,21 +247,20 @@ def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores:
     result["increment_as_scheduled"] = as_scheduled(config, inputs, work)
     if connect_runs:
         result["increment_through_connect"] = through_connect(config, inputs, work, next_hour, connect_runs)
-    build = lambda r: r["reconstruct_seconds"] + r["analyze_seconds"]  # noqa: E731
-    result["increment"] = sorted(runs, key=build)[len(runs) // 2]
-    result["increment_runs_build_seconds"] = [round(build(r), 1) for r in runs]
+    result["increment"] = sorted(runs, key=build_seconds)[len(runs) // 2]
+    result["increment_runs_build_seconds"] = [round(build_seconds(r), 1) for r in runs]
     all_records = non_noop_records(spark, config)
     new = all_records - full_records
     for part, n in (("full", full_records), ("increment", new)):
         r = result[part]
         r["non_noop_records"] = n
         r["records_per_second_per_core"] = round(n / r["total_seconds"] / cores) if r["total_seconds"] else None
-    result["increment_build_share"] = round(build(result["increment"]) / build(result["full"]), 3)
-    result["increment_as_scheduled_build_share"] = round(build(result["increment_as_scheduled"])
-                                                         / build(result["full"]), 3)
+    result["increment_build_share"] = round(build_seconds(result["increment"]) / build_seconds(result["full"]), 3)
+    result["increment_as_scheduled_build_share"] = round(build_seconds(result["increment_as_scheduled"])
+                                                         / build_seconds(result["full"]), 3)
     if connect_runs:
         result["increment_through_connect_build_share"] = round(
-            build(result["increment_through_connect"]["hour"]) / build(result["full"]), 3)
+            build_seconds(result["increment_through_connect"]["hour"]) / build_seconds(result["full"]), 3)
     return result
 
 

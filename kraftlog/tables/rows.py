@@ -514,7 +514,7 @@ class FileLander:
     def _derived(self, ch: _Chunk, v: Value) -> int:
         """The chunk's derived entry of a distinct value (records of a corrupt batch get their own)."""
         i = ch.values.code(v)
-        if i == len(ch.derived.decoded):  # a value new to the chunk
+        if i == len(ch.derived):  # a value new to the chunk
             ch.derived.add(self._derive(v))
         return i
 
@@ -538,8 +538,9 @@ class FileLander:
             records = ch.records_table(self.cat.core["records"].schema, self.run_id)
             if records is not None:
                 out["records"] = records
+                decoded = ch.derived.decoded
                 for name, rows, index in ch.typed_rows():
-                    out[name] = _typed(self.cat.typed[name], records, rows, index, ch.derived.decoded)
+                    out[name] = _typed(self.cat.typed[name], records, rows, index, decoded)
             batches = ch.batches_table(self.cat.core["batches"].schema, self.run_id)
             if batches is not None:
                 out["batches"] = batches
@@ -624,12 +625,18 @@ class _Derived:
 
     def __init__(self) -> None:
         self.rows: list[Derived] = []
-        self.decoded: list[Decoded] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
 
     def add(self, values: Derived) -> int:
         self.rows.append(values)
-        self.decoded.append(values.decoded)
-        return len(self.decoded) - 1
+        return len(self.rows) - 1
+
+    @property
+    def decoded(self) -> list[Decoded]:
+        """Each entry's redacted value (what the typed tables read)."""
+        return [row.decoded for row in self.rows]
 
     def arrays(self) -> dict[str, pa.Array]:
         columns = list(zip(*self.rows, strict=True)) or [() for _ in Derived._fields]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
@@ -139,17 +139,20 @@ def _plan(spec: MessageSpec, struct: StructSpec, version: int) -> tuple[_Out, ..
 
 
 def _fields(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, ...]
-            ) -> Iterator[tuple[_Out, Any, bool]]:
+            ) -> list[tuple[_Out, Any, bool]]:
     """The fields of ``plan`` written for ``data``: field, value, and whether it is a redacted identifier (which
-    keeps its fingerprint)."""
+    keeps its fingerprint). A list made in one loop: the ingest writes every distinct record value through it."""
+    out = []
     for f in plan:
-        if f.column not in data:
+        column = f.column
+        if column not in data:
             continue
-        value = data[f.column]
-        if f.column in redacted:
-            yield f, value if isinstance(value, str) else REDACTED, True
+        value = data[column]
+        if redacted and column in redacted:
+            out.append((f, value if isinstance(value, str) else REDACTED, True))
         elif not (f.tagged and value == f.default):
-            yield f, value, False
+            out.append((f, value, False))
+    return out
 
 
 def _value(f: _Out, value: Any) -> Any:
@@ -169,21 +172,8 @@ def _object(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, .
 
 
 def _text(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, ...] = ()) -> str:
-    # what ``_fields`` yields, written in one loop: the ingest's hottest (every distinct record value, 5 µs each)
-    parts = []
-    for f in plan:
-        column = f.column
-        if column not in data:
-            continue
-        value = data[column]
-        if redacted and column in redacted:
-            parts.append(f.key + dumps(value if isinstance(value, str) else REDACTED))
-        elif value is None:
-            if not (f.tagged and f.default is None):
-                parts.append(f.key + "null")
-        elif not (f.tagged and value == f.default):
-            parts.append(f.key + f.text(value))
-    return "{" + ",".join(parts) + "}"
+    return "{" + ",".join([f.key + (dumps(value) if kept or value is None else f.text(value))
+                           for f, value, kept in _fields(plan, data, redacted)]) + "}"
 
 
 def _b64(value: bytes) -> str:
