@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import functions as F
 
 from kraftlog.analytics.definitions import event_tables
 from kraftlog.analytics.events import BUILDERS
@@ -231,39 +232,33 @@ def test_flapping_counts_unplanned_fences_in_an_hour(spark: Any) -> None:
                    (9, "fenced", 2, False), (11, "fenced", 3, True)]
 
 
-def test_the_partition_events_share_one_window_and_build_the_same_rows(spark: Any, sample: Any) -> None:
-    """The partition event tables build on one frame (``partition_versions``): kept, an analysis computes the window
-    over the partition history once, and every table it feeds has the rows it has without keeping."""
-    import dataclasses
-
+def test_the_partition_events_pair_versions_by_what_the_history_says_each_replaced(spark: Any, sample: Any) -> None:
+    """The partition events read what a version replaced from its ``previous_*`` columns (``replaced``), which the
+    replay wrote: the same pairs a window over the history gives (``with_previous``), and no window is computed and
+    kept by a full analysis."""
     from chispa import assert_df_equality
-    from pyspark.storagelevel import StorageLevel
 
+    from kraftlog.analytics.events import PARTITION, replaced, with_previous
     from kraftlog.spark.analyze import Kept, inputs, plan_events, planned_frames
     from kraftlog.spark.store import open_store
+    from kraftlog.state.entities import BY_NAME
 
     wh, _ = sample
-    x = inputs(open_store(spark, str(wh)))
-    kept = Kept()
-    shared = dataclasses.replace(x, keep=kept.keeper())
-    tables = ["leader_elections", "isr_changes", "under_replicated", "reassignments", "topic_lifecycle"]
-    try:
-        for name in tables:
-            got = BUILDERS[name](shared)
-            assert_df_equality(got, BUILDERS[name](x), ignore_row_order=True, ignore_nullable=True)
-        assert len(kept.frames) == 1  # one window, whichever table asked first
-        assert kept.frames[0].storageLevel == StorageLevel.MEMORY_AND_DISK
-        assert kept.frames[0].count() > 0
-    finally:
-        kept.release()
-    assert not kept.frames
-    # an analysis plans every table (POINT and WINDOW tables read one set of inputs): still one window kept
     store = open_store(spark, str(wh))
+    history = inputs(store).history("partitions")
+    names = BY_NAME["partitions"].previous
+    stored = replaced(history, "partitions").select(*PARTITION, "valid_from_offset", "_prev")
+    window = with_previous(history, PARTITION).select(
+        *PARTITION, "valid_from_offset",
+        F.when(F.col("_prev").isNotNull(), F.struct(*(F.col(f"_prev.{n}").alias(n) for n in names))).alias("_prev"))
+    assert_df_equality(stored, window, ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+    assert stored.filter(F.col("_prev").isNotNull()).count() > 0
+    kept = Kept()
     try:
         planned = list(planned_frames(store, plan_events(store, None, True), kept))
         assert len(planned) == len(BUILDERS)
         assert all(make() is not None for _, make in planned)  # each table's frame made
-        assert len(kept.frames) == 1
+        assert not kept.frames
     finally:
         kept.release()
 

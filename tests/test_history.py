@@ -28,7 +28,7 @@ from kraftlog.spark.history import (
     state_at,
 )
 from kraftlog.spark.store import open_store, spark_schema
-from kraftlog.state.entities import KINDS, history_tables, replay_ranges_table
+from kraftlog.state.entities import BY_NAME, KINDS, history_tables, previous_column, replay_ranges_table
 from kraftlog.state.history import versions
 from kraftlog.state.local import load_clusters, replay
 from kraftlog.state.local import state_at as local_state_at
@@ -59,12 +59,24 @@ def spark_rows(build: HistoryBuild) -> Rows:
     return {k: sorted(v, key=repr) for k, v in out.items()}
 
 
+def assert_previous_pairs(kind: str, rows: list[dict[str, Any]]) -> None:
+    """Each version carries, of its kind's ``previous`` values, those of the version it replaced: the one of its
+    entity that ended by update where it begins (none after a deletion or at the start)."""
+    k = BY_NAME[kind]
+    ending = {(tuple(r[c] for c in k.key_names), r["valid_to_offset"]): r for r in rows if r["ended_by"] == "update"}
+    for r in rows:
+        before = ending.get((tuple(r[c] for c in k.key_names), r["valid_from_offset"]))
+        assert {n: r[previous_column(n)] for n in k.previous} == {
+            n: before[n] if before else None for n in k.previous}, (kind, r)
+
+
 def local_rows(root: Path, cluster_of: Any = lambda c: c) -> Rows:
     out: Rows = {}
     for cl in load_clusters([root]):
         changes: list[Any] = []
         replay(cl, on_change=changes.append)
         for kind, rows in versions(changes, cluster_of(cl.cluster_id)).items():
+            assert_previous_pairs(kind, rows)
             if rows:
                 out[(kind, cluster_of(cl.cluster_id))] = sorted((_norm(r) for r in rows), key=repr)
     return out

@@ -117,3 +117,33 @@ def test_an_event_table_of_an_older_layout_is_rebuilt_and_a_landed_one_refused(
     out = CliRunner().invoke(main, ["ingest", str(SAMPLE), "--warehouse", str(wh)])
     assert out.exit_code == 1 and "table files was written by a kraftlog with another layout" in out.output
     assert "ingest into a new warehouse" in out.output and "Traceback" not in out.output
+
+
+def test_a_partition_history_from_before_its_previous_columns_is_rebuilt_with_its_events(
+        spark: Any, sample_events: Any, tmp_path: Path) -> None:
+    """A warehouse of a kraftlog whose partition history had no ``previous_*`` columns (their values would be null in
+    place, and the partition events read them): reconstruct drops and rebuilds the history, analyze its clusters
+    anew, and every table equals the one built from scratch."""
+    from click.testing import CliRunner
+    from deltalake import DeltaTable, write_deltalake
+
+    from kraftlog.cli import main
+    from kraftlog.state.entities import BY_NAME, history_tables, previous_column
+
+    built, _ = sample_events
+    wh = tmp_path / "wh"
+    shutil.copytree(built, wh)
+    history = history_tables()["partitions"].name
+    want = {t: DeltaTable(str(wh / t)).to_pyarrow_table() for t in (history, "leader_elections", "isr_changes")}
+    before = want[history].drop_columns([previous_column(n) for n in BY_NAME["partitions"].previous])
+    shutil.rmtree(wh / history)
+    write_deltalake(str(wh / history), before)  # as kraftlog wrote it before
+    for step in ("reconstruct", "analyze"):
+        out = CliRunner().invoke(main, [step, "--warehouse", str(wh)])
+        assert out.exit_code == 0, out.output
+    for table, rows in want.items():
+        again = DeltaTable(str(wh / table)).to_pyarrow_table().select(rows.column_names)
+        order = [("cluster_id", "ascending"), ("topic_id", "ascending"), ("partition_id", "ascending"),
+                 ("log_offset" if "log_offset" in rows.column_names else "valid_from_offset", "ascending")]
+        assert again.sort_by(order).equals(rows.sort_by(order)), table
+    assert before.num_rows and want[history].column("previous_leader").null_count < want[history].num_rows

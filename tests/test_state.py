@@ -223,6 +223,28 @@ def test_versions_collapse_per_offset_skip_no_ops_and_are_handed_over_when_they_
     assert spans == [("a", 1, 2, "update"), ("c", 2, 5, "delete"), ("d", 7, None, None)]
 
 
+def test_a_partition_version_carries_the_leader_and_isr_of_the_version_it_replaced() -> None:
+    rows: list[dict[str, Any]] = []
+    history = Versions("c", lambda _kind, row: rows.append(row))
+
+    def change(offset: int, leader: int | None, isr: list[int] | None = None) -> None:
+        value = None if leader is None else {"leader": leader, "isr": isr or [leader], "elr": [],
+                                             "leader_recovery_state": "RECOVERED"}
+        history.add(Change("partitions", (T1, 0), value, offset, 1000 + offset))
+
+    change(1, 1, [1, 2])
+    change(2, 2, [2])
+    change(3, 2, [2])  # no change: not a version
+    change(4, 3)
+    change(4, 1, [1, 2, 3])  # a transaction: the last change counts, and it replaced the version of offset 2
+    change(6, None)
+    change(7, 5)  # after a deletion: it replaced none
+    history.finish()
+    got = [(r["valid_from_offset"], r["previous_leader"], r["previous_isr"]) for r in rows]
+    assert got == [(1, None, None), (2, 1, [1, 2]), (4, 2, [2]), (7, None, None)]
+    assert {r["previous_leader_recovery_state"] for r in rows[1:3]} == {"RECOVERED"}
+
+
 # -- real data ---------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

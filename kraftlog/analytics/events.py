@@ -3,8 +3,9 @@
 Every function reads an ``Inputs`` (the history tables by entity kind, the landed tables by name, and
 ``replay_ranges``) and returns exactly the columns of its table in ``kraftlog.analytics.definitions``.
 Consecutive versions of one entity are paired with ``with_previous`` (the previous version counts only
-when this one replaced it, not after a deletion); windows (under-replicated partitions, fenced
-periods, reassignments) are islands of consecutive versions (``islands``).
+when this one replaced it, not after a deletion), or, for partitions, by what each version carries of the
+one it replaced (``replaced``); windows (under-replicated partitions, fenced periods, reassignments) are
+islands of consecutive versions (``islands``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.analytics.definitions import event_tables
 from kraftlog.spark.predicates import Scope
+from kraftlog.state.entities import BY_NAME, previous_column
 from kraftlog.wire.redact import REDACTED
 
 PARTITION = ["cluster_id", "topic_id", "partition_id"]
@@ -118,11 +120,12 @@ def seconds_between(start: Column, end: Column) -> Column:
     return (F.unix_micros(end) - F.unix_micros(start)) / 1e6
 
 
-def with_previous(df: DataFrame, keys: list[str], fields: list[str] | None = None) -> DataFrame:
+def with_previous(df: DataFrame, keys: list[str]) -> DataFrame:
     """``df`` (history rows) with ``_prev``: the version this one replaced (null after a delete or at the start),
-    with ``fields`` of its columns (default: all; fewer make the window cheaper on a big history)."""
+    all its columns; a window over the versions of each entity, for the small histories (the partition history
+    carries what its events read of the version before: ``replaced``)."""
     w = Window.partitionBy(*keys).orderBy("valid_from_offset")
-    kept = [c for c in df.columns if c not in keys] if fields is None else ["ended_by", "valid_to_offset", *fields]
+    kept = [c for c in df.columns if c not in keys]
     prev = F.lag(F.struct(*kept)).over(w)
     return (df.withColumn("_p", prev)
             .withColumn("_prev", F.when((F.col("_p.ended_by") == "update")
@@ -130,15 +133,20 @@ def with_previous(df: DataFrame, keys: list[str], fields: list[str] | None = Non
             .drop("_p"))
 
 
-# what the partition events read of the version before
-PREVIOUS_PARTITION = ["leader", "isr", "elr", "leader_recovery_state"]
+def replaced(df: DataFrame, kind: str) -> DataFrame:
+    """``df`` (rows of the history of ``kind``) with ``_prev``: the values its kind keeps of the version each version
+    replaced (``EntityKind.previous``), as the replay wrote them; null where it replaced none (``with_previous``
+    without the window: ``kraftlog.state.history`` made them so, and no such value is null in a version)."""
+    names = BY_NAME[kind].previous
+    cols = [F.col(previous_column(n)) for n in names]
+    none = functools.reduce(lambda a, b: a & b, [c.isNull() for c in cols])
+    return df.withColumn("_prev", F.when(~none, F.struct(*(c.alias(n) for c, n in zip(cols, names, strict=True)))))
 
 
 def partition_versions(inputs: Inputs) -> DataFrame:
-    """The partition history with ``_prev`` (``with_previous``, with ``PREVIOUS_PARTITION``): the window every
-    partition event builds on, shared (``Inputs.shared``); without ``directories``, which no event reads."""
-    versions = with_previous(inputs.history("partitions").drop("directories"), PARTITION, PREVIOUS_PARTITION)
-    return inputs.shared("partition_versions", versions)
+    """The partition history with ``_prev`` (``replaced``: the leader, ISR, ELR and leader recovery state of the
+    version before); without ``directories``, which no event reads."""
+    return replaced(inputs.history("partitions").drop("directories"), "partitions")
 
 
 def of_partitions_in(df: DataFrame, rows: DataFrame) -> DataFrame:
@@ -396,8 +404,8 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
 def reassignments(inputs: Inputs) -> DataFrame:
     """Reassignment episodes: consecutive versions with adding or removing replicas, and how they ended."""
     moving = (F.size("adding_replicas") + F.size("removing_replicas")) > 0
-    parts = inputs.history("partitions")  # (not the shared window of every partition: few of them move)
-    p = with_previous(of_partitions_in(parts, parts.filter(moving)), PARTITION, [])
+    parts = inputs.history("partitions")  # (the versions of the few partitions that move are ordered, not all)
+    p = replaced(of_partitions_in(parts, parts.filter(moving)), "partitions")
     w = Window.partitionBy(*PARTITION).orderBy("valid_from_offset")
     p = p.withColumn("_next_replicas", F.lead("replicas").over(w))
     flagged = islands(p, PARTITION, moving)

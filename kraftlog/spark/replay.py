@@ -121,7 +121,8 @@ def state_rows(histories: dict[str, DataFrame], resume: dict[str, int],
                 .select(F.col("cluster_id").alias("_out"), F.col("valid_from_offset").alias("log_offset"),
                         F.unix_millis("valid_from").alias("_ms"), F.lit(kind).alias("record_type"),
                         topic.alias("_topic"),
-                        F.to_json(F.struct(*k.key_names, *k.value_names), {"ignoreNullFields": "false"}).alias("_data"),
+                        F.to_json(F.struct(*k.key_names, *k.value_names, *(f.name for f in k.previous_columns)),
+                                  {"ignoreNullFields": "false"}).alias("_data"),
                         F.lit(STATE).alias("_phase"), F.lit(0).cast("long").alias("_seq")))
         out = part if out is None else out.unionByName(part)
     return out
@@ -405,7 +406,7 @@ class _Replay:
         value = {c: row[c] for c in k.value_names}
         self.replayer.image.entities[kind][key] = value
         if self.part == 0 or kind == Replayer.SPLIT_KIND:  # (the topics every part holds are the first part's)
-            self.history.resume(kind, key, offset, ms, value)
+            self.history.resume(kind, key, offset, ms, value, tuple(row[f.name] for f in k.previous_columns))
 
     def snapshot_record(self, ev: Event) -> None:
         assert self.snapshot is not None, "snapshot rows of a replay without a base snapshot"

@@ -25,6 +25,11 @@ _INTS = pa.list_(pa.int32())
 _STRINGS = pa.list_(pa.string())
 
 
+def previous_column(name: str) -> str:
+    """The column holding value column ``name`` as the version before had it (``EntityKind.previous``)."""
+    return f"previous_{name}"
+
+
 @dataclass(frozen=True)
 class EntityKind:
     """One kind of entity: its history table name, key columns and value columns."""
@@ -33,6 +38,9 @@ class EntityKind:
     key: tuple[pa.Field, ...]
     value: tuple[pa.Field, ...]
     description: str
+    # value columns each version also carries as the version it replaced had them (``previous_<name>``; null where
+    # it replaced none: the first version, or one after a deletion): what a change did, on the row itself
+    previous: tuple[str, ...] = ()
 
     @functools.cached_property
     def key_names(self) -> tuple[str, ...]:
@@ -42,11 +50,19 @@ class EntityKind:
     def value_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.value)
 
+    @functools.cached_property
+    def previous_columns(self) -> tuple[pa.Field, ...]:
+        """The ``previous_<name>`` columns (``previous``)."""
+        by_name = {f.name: f for f in self.value}
+        return tuple(col(previous_column(n), by_name[n].type, f"{by_name[n].metadata[b'comment'].decode()}, in the "
+                         "version this one replaced (null: it replaced none)") for n in self.previous)
+
     def history_table(self) -> TableDef:
         schema = pa.schema([
             col("cluster_id", pa.string(), "Cluster", nullable=False),
             *self.key,
             *self.value,
+            *self.previous_columns,
             col("valid_from_offset", pa.int64(), "Log offset from which this version holds (the snapshot's "
                 "offset for versions loaded from the base snapshot)", nullable=False),
             col("valid_to_offset", pa.int64(), "Log offset from which it no longer holds (exclusive); null while "
@@ -96,7 +112,8 @@ KINDS: tuple[EntityKind, ...] = (
         col("leader_epoch", pa.int32(), "Leader epoch (computed as Kafka does)"),
         col("partition_epoch", pa.int32(), "Partition epoch (computed as Kafka does)"),
         col("directories", _STRINGS, "Log directory of each replica (MIGRATING / UNASSIGNED ids where unknown)"),
-    ), "Partition registrations (PartitionRecord, PartitionChangeRecord, ClearElr, RemoveTopic)."),
+    ), "Partition registrations (PartitionRecord, PartitionChangeRecord, ClearElr, RemoveTopic).",
+        previous=("leader", "isr", "elr", "leader_recovery_state")),
     EntityKind("configs", (col("resource_type", pa.string(), "TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS or "
                               "GROUP"),
                            col("resource_name", pa.string(), "Resource name (\"\" = cluster default broker config)"),

@@ -4,7 +4,9 @@
   at its End) collapse to the last one;
 * a change that leaves the entity as it was is not a version;
 * each version holds from its offset until the next version of the same entity (``ended_by``
-  ``update``) or its deletion (``delete``); the current version has no end.
+  ``update``) or its deletion (``delete``); the current version has no end;
+* a version replaced the one before it where that one ended by ``update``; it carries the values
+  its kind names (``EntityKind.previous``) as that one had them, as ``previous_<name>``.
 
 ``Versions`` applies these rules as changes stream in (offset order), handing each version over as
 soon as it is closed: it holds one step per entity, so its memory follows the image, not the log.
@@ -15,11 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kraftlog.state.entities import BY_NAME
+from kraftlog.state.entities import BY_NAME, previous_column
 from kraftlog.state.replay import Change, Key, Value
 
 Version = dict[str, Any]
 Step = tuple[int, int, Value | None]  # effective offset, timestamp (ms), value (None: deleted)
+Replaced = tuple[Any, ...]  # the ``previous`` values (``EntityKind.previous``) of the version a version replaced
+Made = tuple[int, int, Value | None, Replaced | None]  # a step that made a version, and what it replaced
 
 
 class Versions:
@@ -31,7 +35,7 @@ class Versions:
     def __init__(self, cluster_id: str, emit: Callable[[str, Version], None]):
         self.cluster_id = cluster_id
         self.emit = emit
-        self._last: dict[tuple[str, Key], Step] = {}  # the last step that made a version (or deleted one)
+        self._last: dict[tuple[str, Key], Made] = {}  # the last step that made a version (or deleted one)
         # the latest change of each entity at the offset changes arrive at now (more may share it)
         self._pending: dict[tuple[str, Key], Step] = {}
         self._at: int | None = None
@@ -44,16 +48,18 @@ class Versions:
             self._at = c.offset
         self._pending[(c.kind, c.key)] = (c.offset, c.timestamp, c.value)
 
-    def resume(self, kind: str, key: Key, offset: int, timestamp: int, value: Value) -> None:
-        """Take a version a previous run left current (before any change)."""
-        self._last[(kind, key)] = (offset, timestamp, value)
+    def resume(self, kind: str, key: Key, offset: int, timestamp: int, value: Value,
+               replaced: Replaced | None = None) -> None:
+        """Take a version a previous run left current (before any change), with the ``previous`` values of the
+        version it replaced (``EntityKind.previous``, in order; None: it replaced none)."""
+        self._last[(kind, key)] = (offset, timestamp, value, replaced)
 
     def finish(self) -> None:
         """End of the input: settle every pending change and emit the current versions."""
         self._settle_pending()
-        for (kind, key), (offset, ts, value) in self._last.items():
-            if value is not None:
-                self.emit(kind, self._row(kind, key, offset, ts, value, None))
+        for (kind, key), made in self._last.items():
+            if made[2] is not None:
+                self.emit(kind, self._row(kind, key, made, None))
         self._last.clear()
 
     def _settle_pending(self) -> None:
@@ -63,20 +69,28 @@ class Versions:
 
     def _settle(self, entity: tuple[str, Key], step: Step) -> None:
         last = self._last.get(entity)
-        if step[2] == (last[2] if last is not None else None):
+        before = last[2] if last is not None else None
+        if step[2] == before:
             return  # no change: not a version
-        if last is not None and last[2] is not None:
-            self.emit(entity[0], self._row(entity[0], entity[1], last[0], last[1], last[2], step))
-        self._last[entity] = step
+        if last is not None and before is not None:
+            self.emit(entity[0], self._row(entity[0], entity[1], last, step))
+        # (after a deletion, the next version replaced none)
+        previous = BY_NAME[entity[0]].previous
+        replaced = tuple(before[n] for n in previous) if previous and before is not None else None
+        self._last[entity] = (*step, replaced)
 
-    def _row(self, kind: str, key: Key, offset: int, ts: int, value: Value, nxt: Step | None) -> Version:
+    def _row(self, kind: str, key: Key, made: Made, nxt: Step | None) -> Version:
         spec = BY_NAME[kind]
-        return {
-            "cluster_id": self.cluster_id, **dict(zip(spec.key_names, key, strict=True)), **value,
+        offset, ts, value, replaced = made
+        row = {"cluster_id": self.cluster_id, **dict(zip(spec.key_names, key, strict=True)), **(value or {})}
+        for i, name in enumerate(spec.previous):
+            row[previous_column(name)] = replaced[i] if replaced is not None else None
+        row.update({
             "valid_from_offset": offset, "valid_to_offset": nxt[0] if nxt else None,
             "valid_from": ts, "valid_to": nxt[1] if nxt else None,
             "ended_by": None if nxt is None else ("update" if nxt[2] is not None else "delete"),
-        }
+        })
+        return row
 
 
 def versions(changes: Iterable[Change], cluster_id: str) -> dict[str, list[Version]]:

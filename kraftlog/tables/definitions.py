@@ -105,8 +105,8 @@ class TableDef:
             return None
         gone = [c for c in columns if c not in self.columns]
         new = [c for c in self.columns if c not in columns]
-        change = (f"columns {', '.join(gone)} became {', '.join(new)}" if gone or new
-                  else "column types or order changed")
+        change = "; ".join([*([f"columns {', '.join(gone)} gone"] if gone else []),
+                            *([f"new columns {', '.join(new)}"] if new else [])]) or "column types or order changed"
         return f"table {self.name} was written by a kraftlog with another layout ({change})"
 
 
