@@ -36,7 +36,7 @@ from kraftlog.spark.bases import ClusterBase, TableSource, may_hold
 from kraftlog.spark.predicates import Scope, of_clusters, only_topics
 from kraftlog.spark.session import default_parallelism, local_frame
 from kraftlog.spark.store import StagedFile, TableStore, open_apart, restage, staged_rows
-from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table
+from kraftlog.state.entities import BY_NAME, history_tables, previous_column, replay_ranges_table
 from kraftlog.state.history import Versions
 from kraftlog.state.replay import Change, Event, Replayer, TopicsRead, still_open, still_open_parts
 from kraftlog.tables.definitions import RECORD_KEY, TableDef, catalog, columns_at, typed_specs
@@ -406,7 +406,9 @@ class _Replay:
         value = {c: row[c] for c in k.value_names}
         self.replayer.image.entities[kind][key] = value
         if self.part == 0 or kind == Replayer.SPLIT_KIND:  # (the topics every part holds are the first part's)
-            self.history.resume(kind, key, offset, ms, value, tuple(row[f.name] for f in k.previous_columns))
+            replaced = {n: row[previous_column(n)] for n in k.previous}
+            self.history.resume(kind, key, offset, ms, value,
+                                replaced if any(v is not None for v in replaced.values()) else None)
 
     def snapshot_record(self, ev: Event) -> None:
         assert self.snapshot is not None, "snapshot rows of a replay without a base snapshot"

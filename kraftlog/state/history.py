@@ -15,6 +15,7 @@ soon as it is closed: it holds one step per entity, so its memory follows the im
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 from typing import Any
 
 from kraftlog.state.entities import BY_NAME, previous_column
@@ -22,8 +23,21 @@ from kraftlog.state.replay import Change, Key, Value
 
 Version = dict[str, Any]
 Step = tuple[int, int, Value | None]  # effective offset, timestamp (ms), value (None: deleted)
-Replaced = tuple[Any, ...]  # the ``previous`` values (``EntityKind.previous``) of the version a version replaced
-Made = tuple[int, int, Value | None, Replaced | None]  # a step that made a version, and what it replaced
+Made = tuple[int, int, Value | None, Value | None]  # a step that made a version, and the value it replaced
+
+
+def _previous_of(kind: str) -> Callable[[Value | None], dict[str, Any]]:
+    """The ``previous_<name>`` columns of a version of ``kind`` from the value it replaced (None: none)."""
+    names = BY_NAME[kind].previous
+    columns = tuple(previous_column(n) for n in names)
+    none: dict[str, Any] = dict.fromkeys(columns)
+    if not names:
+        return lambda _replaced: none
+    get = itemgetter(*names) if len(names) > 1 else (lambda v: (v[names[0]],))
+    return lambda replaced: none if replaced is None else dict(zip(columns, get(replaced), strict=True))
+
+
+_PREVIOUS = {kind: _previous_of(kind) for kind in BY_NAME}
 
 
 class Versions:
@@ -49,9 +63,9 @@ class Versions:
         self._pending[(c.kind, c.key)] = (c.offset, c.timestamp, c.value)
 
     def resume(self, kind: str, key: Key, offset: int, timestamp: int, value: Value,
-               replaced: Replaced | None = None) -> None:
-        """Take a version a previous run left current (before any change), with the ``previous`` values of the
-        version it replaced (``EntityKind.previous``, in order; None: it replaced none)."""
+               replaced: Value | None = None) -> None:
+        """Take a version a previous run left current (before any change), with the values it replaced (at least
+        those its kind keeps, ``EntityKind.previous``; None: it replaced none)."""
         self._last[(kind, key)] = (offset, timestamp, value, replaced)
 
     def finish(self) -> None:
@@ -74,23 +88,18 @@ class Versions:
             return  # no change: not a version
         if last is not None and before is not None:
             self.emit(entity[0], self._row(entity[0], entity[1], last, step))
-        # (after a deletion, the next version replaced none)
-        previous = BY_NAME[entity[0]].previous
-        replaced = tuple(before[n] for n in previous) if previous and before is not None else None
-        self._last[entity] = (*step, replaced)
+        self._last[entity] = (*step, before)  # (after a deletion, None: the next version replaced none)
 
     def _row(self, kind: str, key: Key, made: Made, nxt: Step | None) -> Version:
         spec = BY_NAME[kind]
         offset, ts, value, replaced = made
-        row = {"cluster_id": self.cluster_id, **dict(zip(spec.key_names, key, strict=True)), **(value or {})}
-        for i, name in enumerate(spec.previous):
-            row[previous_column(name)] = replaced[i] if replaced is not None else None
-        row.update({
+        return {
+            "cluster_id": self.cluster_id, **dict(zip(spec.key_names, key, strict=True)), **(value or {}),
+            **_PREVIOUS[kind](replaced),
             "valid_from_offset": offset, "valid_to_offset": nxt[0] if nxt else None,
             "valid_from": ts, "valid_to": nxt[1] if nxt else None,
             "ended_by": None if nxt is None else ("update" if nxt[2] is not None else "delete"),
-        })
-        return row
+        }
 
 
 def versions(changes: Iterable[Change], cluster_id: str) -> dict[str, list[Version]]:
