@@ -405,3 +405,22 @@ def test_a_leafs_history_is_the_same_from_the_tables_and_from_data_directories(s
         assert tables == local and tables.startswith("offset "), path
         lines[path] = tables.splitlines()
     assert len(lines[paths[0]]) > 3 and all("PartitionRegistration(" in line for line in lines[paths[0]])
+
+
+@pytest.mark.parametrize("offsets", [[0, 1, 2], [0, 1, 5, 6, 7], [3], [10, 12, 13, 20], [4, 5, 6, 9]])
+def test_the_runs_of_landed_log_offsets_start_where_the_local_rule_says(spark: Any, offsets: list[int]) -> None:
+    """Where a cluster's replay can start (its last gap-free run of log offsets): ``_runs`` orders only the offsets
+    of clusters with a gap, and agrees with the local rule (``run_start``) beside a cluster without one."""
+    from kraftlog.spark.bases import _runs
+    from kraftlog.state.bases import run_start
+
+    rows = [("gapped", o) for o in offsets] + [("whole", o) for o in range(100, 105)]
+    log = spark.createDataFrame(rows, "cluster_id string, log_offset long").select(
+        "cluster_id", "log_offset", F.timestamp_millis(F.col("log_offset")).alias("timestamp"),
+        F.lit(1).alias("batch_epoch"), F.lit(7).cast("long").alias("value_hash"))
+    runs = _runs(log)
+    gapped = runs["gapped"]
+    assert (gapped.first, gapped.last, gapped.records) == (offsets[0], offsets[-1], len(offsets))
+    start = gapped.inner if gapped.inner is not None else gapped.first
+    assert start == run_start(offsets)
+    assert runs["whole"].inner is None and (runs["whole"].first, runs["whole"].last) == (100, 104)

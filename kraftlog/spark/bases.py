@@ -103,19 +103,30 @@ class _Run:
 
 
 def _runs(log: DataFrame, types: bool = False) -> dict[str, _Run]:
-    prev = F.lag("log_offset").over(Window.partitionBy("cluster_id").orderBy("log_offset"))
-    gap = prev.isNotNull() & (F.col("log_offset") != prev + 1)
     kinds = [F.collect_set("record_type").alias("types")] if types else []
     rows = (log.select("cluster_id", "log_offset", "timestamp", *(["record_type"] if types else []),
-                       log_digest().alias("_h"), gap.alias("_gap"))
+                       log_digest().alias("_h"))
             .groupBy("cluster_id")
             .agg(F.min("log_offset").alias("first"), F.max("log_offset").alias("last"),
-                 F.max(F.when(F.col("_gap"), F.col("log_offset"))).alias("inner"),
                  F.max(F.unix_millis("timestamp")).alias("last_ms"), F.count("*").alias("n"),
                  F.bit_xor("_h").alias("d"), *kinds)
             .collect())
-    return {r["cluster_id"]: _Run(r["first"], r["last"], r["inner"], r["last_ms"], r["n"], r["d"] or 0,
+    # a log offset is a log record's key in its cluster: as many records as offsets from the first to the last, and
+    # none is missing; only the other clusters' offsets are ordered to find their gaps
+    gapped = [r["cluster_id"] for r in rows if r["n"] != r["last"] - r["first"] + 1]
+    inner = _inner(log, gapped) if gapped else {}
+    return {r["cluster_id"]: _Run(r["first"], r["last"], inner.get(r["cluster_id"]), r["last_ms"], r["n"], r["d"] or 0,
                                   frozenset(r["types"]) if types else None) for r in rows}
+
+
+def _inner(log: DataFrame, clusters: list[str]) -> dict[str, int | None]:
+    """Per cluster of ``clusters``, the greatest of its log offsets that follows a gap (None: none does)."""
+    prev = F.lag("log_offset").over(Window.partitionBy("cluster_id").orderBy("log_offset"))
+    gap = prev.isNotNull() & (F.col("log_offset") != prev + 1)
+    rows = (log.filter(of_clusters(clusters)).select("cluster_id", "log_offset", gap.alias("_gap"))
+            .groupBy("cluster_id").agg(F.max(F.when(F.col("_gap"), F.col("log_offset"))).alias("inner"))
+            .collect())
+    return {r["cluster_id"]: r["inner"] for r in rows}
 
 
 @dataclass
