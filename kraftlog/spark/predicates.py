@@ -88,9 +88,9 @@ def only_topics(df: DataFrame, topics: Mapping[str, TopicsRead | None]) -> DataF
     hit = (F.col("cluster_id") == F.col("_k_cluster")) & (F.col("topic_id") == F.col("_k_topic"))
     if kind == "partitions":
         hit &= F.col("_k_partition").isNull() | (F.col("partition_id") == F.col("_k_partition"))
-    return (df.join(F.broadcast(local_frame(spark, [(c,) for c in named], "cluster_id string")), "cluster_id",
-                    "left_anti")
-            .unionByName(df.join(F.broadcast(keys), hit, "left_semi")))
+    # the other clusters' rows by a filter, not an anti join: Parquet skips the row groups of a named cluster alone
+    # (a history's files are each of one cluster), where a join reads them all to drop them
+    return df.filter(~of_clusters(list(named))).unionByName(df.join(F.broadcast(keys), hit, "left_semi"))
 
 
 def topics_sql(read: TopicsRead) -> str:
