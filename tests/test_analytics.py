@@ -234,8 +234,8 @@ def test_flapping_counts_unplanned_fences_in_an_hour(spark: Any) -> None:
 
 def test_the_partition_events_pair_versions_by_what_the_history_says_each_replaced(spark: Any, sample: Any) -> None:
     """The partition events read what a version replaced from its ``previous_*`` columns (``replaced``), which the
-    replay wrote: the same pairs a window over the history gives (``with_previous``), and no window is computed and
-    kept by a full analysis."""
+    replay wrote: the same pairs a window over the history gives (``with_previous``), and a full analysis keeps no
+    window and no whole partition history: only the frames a builder reads twice, each a part of what it reads."""
     from chispa import assert_df_equality
 
     from kraftlog.analytics.events import PARTITION, replaced, with_previous
@@ -258,7 +258,12 @@ def test_the_partition_events_pair_versions_by_what_the_history_says_each_replac
         planned = list(planned_frames(store, plan_events(store, None, True), kept))
         assert len(planned) == len(BUILDERS)
         assert all(make() is not None for _, make in planned)  # each table's frame made
-        assert not kept.frames
+        rows = {name: frame.count() for name, frame in kept.frames}
+        births = history.filter(F.col("previous_leader").isNull()).count()
+        assert rows.keys() == {"partitions that can fall under min.insync.replicas", "partition births by batch",
+                               "partition births with counts"}
+        assert rows.pop("partitions that can fall under min.insync.replicas") < history.count()
+        assert all(0 < n < births for n in rows.values()), (rows, births)  # a row per topic and batch
     finally:
         kept.release()
 

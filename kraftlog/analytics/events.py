@@ -52,8 +52,9 @@ class Inputs:
     kept_histories: frozenset[str] = frozenset()
 
     def shared(self, name: str, frame: DataFrame) -> DataFrame:
-        """``frame``, which several builders build alike from these inputs: where the analysis keeps such frames,
-        the one kept under ``name`` (computed once for all of them)."""
+        """``frame``, which several builders build alike from these inputs, or one reads more than once: where the
+        analysis keeps such frames, the one kept under ``name`` (computed once for all of them). A frame kept by a
+        full analysis is a small part of what it reads (never a whole partition history)."""
         return frame if self.keep is None else self.keep(name, frame)
 
     def history(self, kind: str, whole: bool = False) -> DataFrame:
@@ -324,9 +325,9 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
     topic_most = mir.filter(by_topic).groupBy("cluster_id", F.col("resource_name").alias("topic_name")).agg(
         F.max("_v").alias("_topic_most"))
     parts = inputs.history("partitions")
-    parts = of_partitions_in(parts, parts.join(most, "cluster_id", "left")
-                             .join(topic_most, ["cluster_id", "topic_name"], "left")
-                             .filter(F.size("isr") < F.greatest("_most", "_topic_most", kafka_default)))
+    parts = inputs.shared("partitions that can fall under min.insync.replicas", of_partitions_in(
+        parts, parts.join(most, "cluster_id", "left").join(topic_most, ["cluster_id", "topic_name"], "left")
+        .filter(F.size("isr") < F.greatest("_most", "_topic_most", kafka_default))))  # (read four times below)
     # evaluation points: each partition version (which carries its state), each deletion, in an incremental analysis
     # `since` itself (the state then: a point of its own), all in one pass over the versions; and each
     # min.insync.replicas boundary
@@ -568,13 +569,14 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
             .withColumn("_batch", F.coalesce("batch_base_offset", "valid_from_offset")))
     created_batch = first.join(records.withColumnRenamed("valid_from_offset", "_created"), ["cluster_id", "_created"],
                                "left").withColumn("_cbatch", F.coalesce("batch_base_offset", "_created"))
-    groups = (born.groupBy("cluster_id", "topic_id", "_batch")
-              .agg(F.count(F.lit(1)).alias("_n"), F.min("valid_from_offset").alias("_o"), F.min("_t").alias("_ot")))
-    groups = (holding_before(groups, partitions, "_o")
+    # (each kept where the analysis keeps frames: each is read twice, and would join the births with the log again)
+    groups = inputs.shared("partition births by batch", born.groupBy("cluster_id", "topic_id", "_batch").agg(
+        F.count(F.lit(1)).alias("_n"), F.min("valid_from_offset").alias("_o"), F.min("_t").alias("_ot")))
+    groups = (holding_before(inputs, groups, partitions, "_o")
               .withColumn("partitions_before", F.coalesce("_holding", F.lit(0)))
               .withColumn("partitions_after", F.col("partitions_before") + F.col("_n")))
-    g = groups.join(created_batch.select("cluster_id", "topic_id", "_cbatch", "topic_name"),
-                    ["cluster_id", "topic_id"], "left")
+    g = inputs.shared("partition births with counts", groups.join(
+        created_batch.select("cluster_id", "topic_id", "_cbatch", "topic_name"), ["cluster_id", "topic_id"], "left"))
     added = g.filter(F.col("_batch") != F.col("_cbatch")).select(
         "cluster_id", F.col("_o").alias("log_offset"), F.col("_ot").alias("timestamp"), "topic_id", "topic_name",
         F.lit("partitions_added").alias("event"), "partitions_before", "partitions_after")
@@ -585,7 +587,7 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
         "topic_name", F.when(F.col("_at_start"), "present_at_start").otherwise("create").alias("event"),
         F.lit(0).alias("partitions_before"), F.coalesce("_initial", F.lit(0)).alias("partitions_after"),
         (F.col("previous_topic_id").isNotNull() & ~F.col("_at_start")).alias("name_reused"), "previous_topic_id")
-    deleted = (holding_before(topics.filter(F.col("ended_by") == "delete"), partitions, "valid_to_offset")
+    deleted = (holding_before(inputs, topics.filter(F.col("ended_by") == "delete"), partitions, "valid_to_offset")
                .select("cluster_id", F.col("valid_to_offset").alias("log_offset"), F.col("valid_to").alias("timestamp"),
                        "topic_id", F.col("name").alias("topic_name"), F.lit("delete").alias("event"),
                        F.col("_holding").alias("partitions_before"), F.lit(0).alias("partitions_after")))
@@ -593,15 +595,33 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
     return select_table(out, "topic_lifecycle")
 
 
-def holding_before(df: DataFrame, partitions: DataFrame, at: str) -> DataFrame:
+def holding_before(inputs: Inputs, df: DataFrame, partitions: DataFrame, at: str) -> DataFrame:
     """``df`` (rows of topics) with ``_holding``: how many partitions of the row's topic held just before its offset
-    ``at`` (null: none)."""
+    ``at`` (null: none), summed from where their lives begin and end (``lives``)."""
     points = df.select("cluster_id", "topic_id", F.col(at).alias("_at")).distinct()
-    counts = (points.join(partitions.select("cluster_id", "topic_id", "partition_id", "valid_from_offset",
-                                            "valid_to_offset"), ["cluster_id", "topic_id"])
-              .filter(valid_at(F.col("_at") - 1))
-              .groupBy("cluster_id", "topic_id", "_at").agg(F.count_distinct("partition_id").alias("_holding")))
-    return df.join(counts.withColumnRenamed("_at", at), ["cluster_id", "topic_id", at], "left")
+    counts = (points.join(lives(inputs, partitions), ["cluster_id", "topic_id"])
+              .filter(F.col("_o") <= F.col("_at") - 1)
+              .groupBy("cluster_id", "topic_id", "_at").agg(F.sum("_d").alias("_n"))
+              .select("cluster_id", "topic_id", F.col("_at").alias(at), F.when(F.col("_n") > 0, F.col("_n"))
+                      .cast("long").alias("_holding")))
+    return df.join(counts, ["cluster_id", "topic_id", at], "left")
+
+
+def lives(inputs: Inputs, partitions: DataFrame) -> DataFrame:
+    """Where each life of a partition (a version and those that replaced it, one by one) begins (``_d`` 1) and ends
+    by its deletion (-1), by offset (``_o``): a partition holds at an offset where a life of it began at or before and
+    has not ended; counted from the versions that begin or end one, not from every version. A life begins at a
+    version that replaced none (``replaced``) or, incrementally, at the first version read of it (one holding at
+    ``since``: the versions before are not read)."""
+    p = replaced(partitions, "partitions")
+    begins = F.col("_prev").isNull()
+    if inputs.since is not None:
+        p = p.join(inputs.cuts(p), "cluster_id", "left")
+        begins = begins | F.coalesce(F.col("valid_from_offset") < F.col("since"), F.lit(False))
+    return (p.filter(begins).select("cluster_id", "topic_id", F.col("valid_from_offset").alias("_o"),
+                                    F.lit(1).alias("_d"))
+            .unionByName(p.filter(F.col("ended_by") == "delete").select(
+                "cluster_id", "topic_id", F.col("valid_to_offset").alias("_o"), F.lit(-1).alias("_d"))))
 
 
 def _value_changes(inputs: Inputs, kind: str, keys: list[str], value: str) -> DataFrame:

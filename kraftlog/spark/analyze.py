@@ -492,28 +492,28 @@ def event_frames(x: Inputs, names: list[str] | None = None) -> dict[str, DataFra
 
 
 class Kept:
-    """The frames event builders share (``Inputs.shared``), persisted at first use so that a run computes each once,
-    and released (``release``) when the run has written its tables."""
+    """The frames event builders share or read more than once (``Inputs.shared``), persisted at first use so that a
+    run computes each once, and released (``release``) when the run has written its tables."""
 
     def __init__(self) -> None:
-        self.frames: list[DataFrame] = []
+        self.frames: list[tuple[str, DataFrame]] = []  # (name, frame), in the order kept
 
     def keeper(self) -> Callable[[str, DataFrame], DataFrame]:
         """What one set of ``Inputs`` keeps its shared frames with (each set reads its own rows)."""
         mine = _Once()
 
-        def persisted(frame: DataFrame) -> DataFrame:
+        def persisted(name: str, frame: DataFrame) -> DataFrame:
             kept = frame.persist(StorageLevel.MEMORY_AND_DISK)
-            self.frames.append(kept)  # (not frames[-1]: another name may be kept at the same time)
+            self.frames.append((name, kept))  # (not frames[-1]: another name may be kept at the same time)
             return kept
 
         def keep(name: str, frame: DataFrame) -> DataFrame:
-            kept: DataFrame = mine.get(name, lambda: persisted(frame))
+            kept: DataFrame = mine.get(name, lambda: persisted(name, frame))
             return kept
         return keep
 
     def release(self) -> None:
-        for frame in self.frames:
+        for _, frame in self.frames:
             frame.unpersist()
         self.frames.clear()
 
@@ -545,7 +545,7 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
     if kept is not None:
         # one keeper per set of inputs, however many kinds read it (POINT and WINDOW read one); where every cluster
         # goes on, the partition versions POINT and WINDOW tables read are kept as read: five partition tables read
-        # them eight times (a scan of every current version of the clusters each, 550k rows at 5M records)
+        # them eight times (a scan of every current version of the clusters each, 275k rows at 5M records)
         partitions = frozenset({"partitions"} if plan.only_going_on else ())
         keeping = {id(x): dataclasses.replace(x, keep=kept.keeper(),
                                               kept_histories=partitions if x is later else frozenset())
