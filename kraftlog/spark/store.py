@@ -50,7 +50,7 @@ from kraftlog.lease import Lease
 from kraftlog.planning import pack
 from kraftlog.points import iso_ms
 from kraftlog.spark.inputs import FileGroups, FileSpec
-from kraftlog.spark.session import default_parallelism, is_connect
+from kraftlog.spark.session import default_parallelism, described, is_connect
 from kraftlog.storage import Storage, is_local, join, normalize, open_output, scheme
 from kraftlog.tables.definitions import TableDef, catalog
 from kraftlog.wire.discover import Entry
@@ -397,12 +397,13 @@ class TableStore(ABC):
         n = max(1, default_parallelism(self.spark))
 
         def land(t: TableDef, make: Callable[[], Landing | None]) -> int | None:
-            landing = make()
-            if landing is None:
-                return None
-            df, where = landing
-            files = [] if df is None else self.stage(  # one narrow job per table: Arrow of wide structs
-                df.select(*t.columns).coalesce(n), [t], _open_apart(t), build_id)
+            with described(self.spark, f"kraftlog {build_id}: {t.name}"):
+                landing = make()
+                if landing is None:
+                    return None
+                df, where = landing
+                files = [] if df is None else self.stage(  # one narrow job per table: Arrow of wide structs
+                    df.select(*t.columns).coalesce(n), [t], _open_apart(t), build_id)
             self.overwrite(t, files, build_id, where)
             return sum(f.num_records for f in files)
 
@@ -936,7 +937,7 @@ def writing(store: TableStore, config: Config, run_id: str, purpose: str) -> Ite
     check_warehouse(store.storage, store.warehouse)
     held = Lease(store.storage, store.warehouse, run_id, purpose, ttl_s=config.lease_ttl_seconds,
                  wait_s=config.lease_wait_seconds)
-    with held:
+    with held, described(store.spark, f"kraftlog {purpose} {run_id}"):
         store.lease = held
         store.forget()
         try:
