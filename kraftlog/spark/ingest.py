@@ -42,7 +42,6 @@ from kraftlog.planning import Landed, ListedFile, PlannedFile, plan_by_name, pla
 from kraftlog.spark.decode import LandRouter, stage_choices, summaries
 from kraftlog.spark.inputs import FileSpec, by_bytes, by_cluster, read_meta_properties
 from kraftlog.spark.predicates import of_clusters
-from kraftlog.spark.session import tag_jobs
 from kraftlog.spark.store import (
     Manifest,
     StagedFile,
@@ -144,7 +143,6 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
     run_seq = int(t0 * 1000)
     cat = catalog()
     result = IngestResult(run_id, store.kind)
-    tag_jobs(spark, run_id)
     store.ensure_all(cat.all())
     result.recovered = [m.run_id for m in store.recover()]
     result.phase("setup")

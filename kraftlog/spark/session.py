@@ -165,10 +165,17 @@ def described(spark: SparkSession | None, text: str) -> Iterator[None]:
     """The Spark jobs this thread starts while the block runs carry ``text`` as their description: the Spark UI's
     job and SQL pages name what each is for ("kraftlog analyze <build>: leader_elections"), not the call site
     ("collectToPython at <unknown>:0"). The thread's description before is restored. A Connect client sets no
-    description (its jobs carry the run's tag: ``tag_jobs``); without a session (a store that only commits) there is
-    nothing to describe."""
-    if spark is None or is_connect(spark):
+    description: its operations carry ``text`` as a tag instead (no comma in it). Without a session (a store that
+    only commits) there is nothing to describe."""
+    if spark is None:
         yield
+        return
+    if is_connect(spark):
+        spark.addTag(text)
+        try:
+            yield
+        finally:
+            spark.removeTag(text)
         return
     context = spark.sparkContext
     before = context.getLocalProperty("spark.job.description")
@@ -177,15 +184,6 @@ def described(spark: SparkSession | None, text: str) -> Iterator[None]:
         yield
     finally:
         context.setLocalProperty("spark.job.description", before)  # type: ignore[arg-type]  # (None: unset)
-
-
-def tag_jobs(spark: SparkSession, tag: str) -> None:
-    """Label the Spark jobs of a run (the UI's job group, or a Connect tag)."""
-    try:
-        spark.addTag(tag)
-    except Exception:
-        if not is_connect(spark):
-            spark.sparkContext.setJobGroup(tag, "kraftlog")
 
 
 def job_parser(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None
