@@ -163,15 +163,17 @@ def at_start(inputs: Inputs, df: DataFrame, offset: str = "valid_from_offset") -
             .withColumn("_at_start", F.coalesce(F.col(offset) == F.col("_base_offset"), F.lit(False))))
 
 
-def islands(df: DataFrame, keys: list[str], flag: Column) -> DataFrame:
+def islands(df: DataFrame, keys: list[str], flag: Column, replaced: Column | None = None) -> DataFrame:
     """Versions where ``flag`` holds, numbered by island of consecutive versions (``_island``).
 
-    Needs ``_prev`` (``with_previous``); adds ``_flag``.
+    ``replaced``: whether a version replaced the one before it (by default ``_prev`` is not null: ``with_previous``,
+    ``replaced``); adds ``_flag``.
     """
     w = Window.partitionBy(*keys).orderBy("valid_from_offset")
     df = df.withColumn("_flag", flag)
     prev_flag = F.lag("_flag").over(w)
-    starts = F.col("_flag") & (F.col("_prev").isNull() | ~F.coalesce(prev_flag, F.lit(False)))
+    follows = F.col("_prev").isNotNull() if replaced is None else replaced
+    starts = F.col("_flag") & (~follows | ~F.coalesce(prev_flag, F.lit(False)))
     return (df.withColumn("_start", starts)
             .withColumn("_island", F.sum(F.col("_start").cast("int")).over(w.rowsBetween(*RUNNING)))
             .filter("_flag"))
@@ -291,11 +293,14 @@ def _partition_windows(inputs: Inputs, flagged: DataFrame, extra: list[Column]) 
 
 def under_replicated(inputs: Inputs) -> DataFrame:
     """Windows of consecutive partition versions with fewer in-sync replicas than replicas."""
-    p = partition_versions(inputs)
-    flagged = islands(p, PARTITION, F.size("isr") < F.size("replicas"))
+    # every partition version is ordered: only what the islands and their windows read goes into the sort, sizes
+    # for arrays and whether a version replaced one for what it replaced
+    p = partition_versions(inputs).select(
+        *PARTITION, "topic_name", "valid_from_offset", "valid_from", "valid_to_offset", "valid_to",
+        F.size("isr").alias("_isr"), F.size("replicas").alias("_replicas"), F.col("_prev").isNotNull().alias("_r"))
+    flagged = islands(p, PARTITION, F.col("_isr") < F.col("_replicas"), F.col("_r"))
     out = _partition_windows(inputs, flagged, [
-        F.min(F.size("isr")).alias("min_isr_size"),
-        F.min_by(F.size("replicas"), "valid_from_offset").alias("replicas_count")])
+        F.min("_isr").alias("min_isr_size"), F.min_by("_replicas", "valid_from_offset").alias("replicas_count")])
     return select_table(out, "under_replicated")
 
 
