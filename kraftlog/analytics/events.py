@@ -577,7 +577,8 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
     # (each kept where the analysis keeps frames: each is read twice, and would join the births with the log again)
     groups = inputs.shared("partition births by batch", born.groupBy("cluster_id", "topic_id", "_batch").agg(
         F.count(F.lit(1)).alias("_n"), F.min("valid_from_offset").alias("_o"), F.min("_t").alias("_ot")))
-    groups = (holding_before(inputs, groups, partitions, "_o")
+    lived = lives(inputs, partitions)
+    groups = (holding_before(groups, lived, "_o")
               .withColumn("partitions_before", F.coalesce("_holding", F.lit(0)))
               .withColumn("partitions_after", F.col("partitions_before") + F.col("_n")))
     g = inputs.shared("partition births with counts", groups.join(
@@ -592,7 +593,7 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
         "topic_name", F.when(F.col("_at_start"), "present_at_start").otherwise("create").alias("event"),
         F.lit(0).alias("partitions_before"), F.coalesce("_initial", F.lit(0)).alias("partitions_after"),
         (F.col("previous_topic_id").isNotNull() & ~F.col("_at_start")).alias("name_reused"), "previous_topic_id")
-    deleted = (holding_before(inputs, topics.filter(F.col("ended_by") == "delete"), partitions, "valid_to_offset")
+    deleted = (holding_before(topics.filter(F.col("ended_by") == "delete"), lived, "valid_to_offset")
                .select("cluster_id", F.col("valid_to_offset").alias("log_offset"), F.col("valid_to").alias("timestamp"),
                        "topic_id", F.col("name").alias("topic_name"), F.lit("delete").alias("event"),
                        F.col("_holding").alias("partitions_before"), F.lit(0).alias("partitions_after")))
@@ -600,11 +601,11 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
     return select_table(out, "topic_lifecycle")
 
 
-def holding_before(inputs: Inputs, df: DataFrame, partitions: DataFrame, at: str) -> DataFrame:
+def holding_before(df: DataFrame, lived: DataFrame, at: str) -> DataFrame:
     """``df`` (rows of topics) with ``_holding``: how many partitions of the row's topic held just before its offset
-    ``at`` (null: none), summed from where their lives begin and end (``lives``)."""
+    ``at`` (null: none), summed from where their lives begin and end (``lived``: ``lives``)."""
     points = df.select("cluster_id", "topic_id", F.col(at).alias("_at")).distinct()
-    counts = (points.join(lives(inputs, partitions), ["cluster_id", "topic_id"])
+    counts = (points.join(lived, ["cluster_id", "topic_id"])
               .filter(F.col("_o") <= F.col("_at") - 1)
               .groupBy("cluster_id", "topic_id", "_at").agg(F.sum("_d").alias("_n"))
               .select("cluster_id", "topic_id", F.col("_at").alias(at), F.when(F.col("_n") > 0, F.col("_n"))
