@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pytest
@@ -127,6 +127,22 @@ def land_build_analyze(spark: Any, inputs: Path, wh: Path, full: bool = False,
     if before_build is not None:
         before_build(config)
     return reconstruct(spark, config, full=full), analyze(spark, config, full=full)
+
+
+class SparkJob(NamedTuple):
+    description: str | None
+    call_site: str  # (the name the UI shows a job without a description by)
+
+
+def spark_jobs(spark: Any) -> dict[int, SparkJob]:
+    """The Spark jobs this application ran, by id, as its status store (what the Spark UI shows) keeps them."""
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    out = {}
+    for i in range(jobs.size()):
+        job = jobs.apply(i)
+        text = job.description()
+        out[int(job.jobId())] = SparkJob(text.get() if text.isDefined() else None, str(job.name()))
+    return out
 
 
 def table_rows(uri: str, options: dict[str, str] | None = None) -> list[str]:
@@ -302,3 +318,4 @@ def copy_upto(source: Path, dest: Path, end: int, skip: tuple[str, ...] = (), en
                 pos += 12 + length
             f.write_bytes(data[:pos])
     return dest
+

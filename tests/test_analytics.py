@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
+from services import spark_jobs
 
 from kraftlog.analytics.definitions import event_tables
 from kraftlog.analytics.events import BUILDERS
@@ -325,13 +326,6 @@ def test_a_table_holds_rows_of_the_clusters_its_files_statistics_do_not_rule_out
     assert not other.may_hold(table, ["b"]) and not store.may_hold(table)
 
 
-def job_descriptions(spark: Any) -> list[str | None]:
-    """The descriptions of the Spark jobs this application ran, as its status store (the Spark UI's) keeps them."""
-    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
-    described = [jobs.apply(i).description() for i in range(jobs.size())]
-    return [d.get() if d.isDefined() else None for d in described]
-
-
 def test_a_runs_spark_jobs_are_described_by_the_run_and_the_table_each_builds(spark: Any, tmp_path: Path) -> None:
     """In the Spark UI a run's jobs read "kraftlog <purpose> <run>", and an analysis's each "kraftlog <build>: <table>"
     (its tables are built in threads of their own); the thread's description is restored after."""
@@ -346,9 +340,10 @@ def test_a_runs_spark_jobs_are_described_by_the_run_and_the_table_each_builds(sp
         spark.range(3).collect()
         assert store.replace([(table, lambda: (frame, None))], "B-described") == {table.name: 0}
     spark.range(2).collect()
-    seen = job_descriptions(spark)
-    assert "kraftlog analyze R-described" in seen and "kraftlog B-described: config_changes" in seen
-    assert seen.index(None) < seen.index("kraftlog B-described: config_changes")  # (the newest first)
+    seen = spark_jobs(spark)
+    texts = {job.description for job in seen.values()}
+    assert "kraftlog analyze R-described" in texts and "kraftlog B-described: config_changes" in texts
+    assert seen[max(seen)].description is None  # the job after the run
     assert spark.sparkContext.getLocalProperty("spark.job.description") is None
 
 

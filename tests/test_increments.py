@@ -20,7 +20,7 @@ from event_oracle import evaluated, under_min_isr_rows
 from history_gen import GenCluster, clusters, uid, write_cluster, write_snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from services import arrow_rows, copy_upto, table_rows
+from services import arrow_rows, copy_upto, spark_jobs, table_rows
 
 from kraftlog.analytics.definitions import WINDOW, event_tables, increment_of
 from kraftlog.config import Config
@@ -33,7 +33,7 @@ from kraftlog.spark.increments import last_builds, plan_build
 from kraftlog.spark.ingest import ingest
 from kraftlog.spark.landed import Landed
 from kraftlog.spark.predicates import SQL_TERMS, Scope
-from kraftlog.spark.session import INTERPRETED
+from kraftlog.spark.session import INTERPRETED, described
 from kraftlog.spark.store import store_for
 from kraftlog.state.entities import history_tables
 from kraftlog.state.replay import Replayer, TopicsRead
@@ -68,6 +68,11 @@ def assert_bases_carried_as_read_whole(spark: Any, config: Config) -> int:
     returns how many clusters were carried on (none before the first build)."""
     if not DeltaTable.is_deltatable(str(Path(config.warehouse) / "replay_state")):
         return 0
+    with described(spark, "test: the bases carried"):
+        return _bases_carried_as_read_whole(spark, config)
+
+
+def _bases_carried_as_read_whole(spark: Any, config: Config) -> int:
     store = store_for(spark, config)
     source = landed(store)
     plan = plan_build(spark, store, source, None, full=False)
@@ -161,8 +166,15 @@ def _grows(spark: Any, tmp_path: Path, sample_built: Path) -> None:
     assert (first.clusters, first.resumed) == (1, 0)
     opened = DeltaTable(str(wh / window)).to_pyarrow_table().to_pylist()
     assert any(r["from_offset"] == began and r["to_offset"] is None for r in opened), window
+    before = max(spark_jobs(spark))
     grown, events = land_build_analyze(spark, copy_upto(SAMPLE, inputs, 1 << 40), wh, check_bases=True)
     assert (grown.clusters, grown.resumed, grown.unchanged, grown.read_whole) == (1, 1, 0, 0), grown.line()
+    # every Spark job of the hour, those its runs start on threads of their own included, names its run in the UI
+    named = ("kraftlog ingest ", "kraftlog reconstruct ", "kraftlog analyze ", f"kraftlog {events.build_id}: ",
+             "test: ")
+    unnamed = [job.call_site for n, job in spark_jobs(spark).items()
+               if n > before and not (job.description or "").startswith(named)]
+    assert not unnamed, unnamed
     assert (len(events.plan.going_on), len(events.plan.rebuilt)) == (1, 0), events.line()
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path, sample_built)
     # nothing new: nothing replayed, nothing committed

@@ -34,7 +34,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +74,7 @@ from kraftlog.spark.predicates import (
     only_clusters,
     only_topics,
 )
-from kraftlog.spark.session import interpreted, local_frame
+from kraftlog.spark.session import JobThreads, interpreted, local_frame
 from kraftlog.spark.store import Landing, TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
 from kraftlog.state.replay import TopicsRead
@@ -248,7 +247,7 @@ def last_analyses(store: TableStore, clusters: list[str] | None, anew: bool) -> 
     def by_cluster(df: DataFrame) -> dict[str, dict[str, Any]]:
         return {r["cluster_id"]: r.asDict() for r in only_clusters(df, clusters).collect()}
 
-    with ThreadPoolExecutor(2) as pool:  # (small jobs: each waits more on scheduling than on cores)
+    with JobThreads(store.spark, 2) as pool:  # (small jobs: each waits more on scheduling than on cores)
         states = pool.submit(by_cluster, store.read(replay_state_table()))
         previous = {} if anew and clusters is None else by_cluster(store.read(analyze_state_table()))
         return LastAnalyses(states.result(), previous, anew)
@@ -276,7 +275,7 @@ def plan_events(store: TableStore, clusters: list[str] | None, anew: bool, last:
         else:
             plan.going_on[c] = Cut(was["resume_offset"], was["window_floor"])
             plan.log_ends[c] = was["log_end"]
-    with ThreadPoolExecutor(3) as pool:
+    with JobThreads(store.spark, 3) as pool:
         topics = pool.submit(partition_topics, store, {c: cut.resume for c, cut in plan.going_on.items()})
         plan.held = {c: held[c] for c in plan.going_on if c in held}
         found = landed_since(landed(store), plan.held)
@@ -552,7 +551,7 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
                    for x in by_kind.values()}
         by_kind = {kind: keeping[id(x)] for kind, x in by_kind.items()}
     any_open = any(cut.floor is not None for cut in plan.going_on.values())
-    with ThreadPoolExecutor(2) as pool:  # (found while the first tables are planned)
+    with JobThreads(store.spark, 2) as pool:  # (found while the first tables are planned)
         changed = pool.submit(changed_kinds, every, plan)
         empty = pool.submit(empty_kinds, store, clusters)
 
@@ -681,9 +680,9 @@ def analyze(spark: SparkSession, config: Config, store: TableStore | None = None
     """Bring the event tables up to date with the histories (run ``reconstruct`` first): clusters whose
     histories went on go on from their last analysis; ``full`` rebuilds every cluster's events."""
     store = store or store_for(spark, config)
-    built_clusters(store)  # a clear error when there are no histories yet
     build_id = new_run_id()
     with writing(store, config, build_id, "analyze"):
+        built_clusters(store)  # a clear error when there are no histories yet
         return _analyze(spark, store, build_id, clusters, full, config.interpreted_below)
 
 

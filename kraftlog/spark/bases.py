@@ -17,7 +17,6 @@ Either way a cluster gets the same ``ClusterBase``: an hourly build reads the ho
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +24,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from kraftlog.spark.predicates import Scope, of_clusters, only_clusters
-from kraftlog.spark.session import local_frame
+from kraftlog.spark.session import JobThreads, local_frame
 from kraftlog.state.bases import Base, SnapshotRef, choose_base, parse_snapshot_id, snapshot_reach
 from kraftlog.tables.definitions import catalog
 from kraftlog.tables.rows import CORRUPT_BATCH
@@ -216,7 +215,7 @@ def carry_bases(table: TableSource, previous: Mapping[str, ClusterBase], since: 
         return Carried({}, {})
     later = Scope.of([], since, "run_id", strict=True)
     log, snaps = _sources(table, list(since))
-    with ThreadPoolExecutor(1) as pool:  # two small jobs: each waits more on scheduling than on cores
+    with JobThreads(snaps.sparkSession, 1) as pool:  # two small jobs: each waits more on scheduling than on cores
         new_snaps = pool.submit(lambda: later.select(snaps).select("cluster_id", "snapshot_id").distinct().collect())
         runs = _runs(later.select(log), types=True)
         touched: dict[str, set[str]] = {}

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -54,7 +53,7 @@ from kraftlog.spark.predicates import (
     topics_sql,
 )
 from kraftlog.spark.replay import state_rows
-from kraftlog.spark.session import local_frame
+from kraftlog.spark.session import JobThreads, local_frame
 from kraftlog.spark.store import TableStore
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table, replay_state_table
 from kraftlog.state.replay import Replayer, TopicsRead
@@ -236,7 +235,7 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, clust
             plan.run.append(b)
     if go_on:
         resume = {b.source_cluster: (b.cluster_id, go_on[b.cluster_id]) for b in bases if b.cluster_id in go_on}
-        with ThreadPoolExecutor(1) as pool:  # (small jobs: each waits more on scheduling than on cores)
+        with JobThreads(spark, 1) as pool:  # (small jobs: each waits more on scheduling than on cores)
             ranges = pool.submit(lambda: store.read(replay_ranges_table()).filter(of_clusters(list(go_on)))
                                  .select("cluster_id", "problems").collect())
             # the types of the records landed since are those from the resume offset on, unless it is a Begin

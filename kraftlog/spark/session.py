@@ -18,7 +18,8 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -184,6 +185,38 @@ def described(spark: SparkSession | None, text: str) -> Iterator[None]:
         yield
     finally:
         context.setLocalProperty("spark.job.description", before)  # type: ignore[arg-type]  # (None: unset)
+
+
+def carried(spark: SparkSession | None, call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call``, to run on another thread as part of this thread's work: the Spark jobs it starts carry this thread's
+    description (``described``), or over Connect its tags (a new thread has none of either)."""
+    if spark is None:
+        return call
+    if is_connect(spark):
+        texts = sorted(spark.getTags())
+    else:
+        text = spark.sparkContext.getLocalProperty("spark.job.description")
+        texts = [] if text is None else [text]
+
+    @functools.wraps(call)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with ExitStack() as stack:
+            for text in texts:
+                stack.enter_context(described(spark, text))
+            return call(*args, **kwargs)
+    return run
+
+
+class JobThreads(ThreadPoolExecutor):
+    """A thread pool for Spark jobs run side by side: each call submitted runs ``carried`` from the submitting thread,
+    so its jobs are named in the Spark UI (and cancelled with its tags) as the run's that started them."""
+
+    def __init__(self, spark: SparkSession | None, workers: int) -> None:
+        super().__init__(workers)
+        self.spark = spark
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        return super().submit(carried(self.spark, fn), *args, **kwargs)
 
 
 def job_parser(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None

@@ -50,7 +50,7 @@ from kraftlog.lease import Lease
 from kraftlog.planning import pack
 from kraftlog.points import iso_ms
 from kraftlog.spark.inputs import FileGroups, FileSpec
-from kraftlog.spark.session import default_parallelism, described, is_connect
+from kraftlog.spark.session import JobThreads, default_parallelism, described, is_connect
 from kraftlog.storage import Storage, is_local, join, normalize, open_output, scheme
 from kraftlog.tables.definitions import TableDef, catalog
 from kraftlog.wire.discover import Entry
@@ -407,7 +407,7 @@ class TableStore(ABC):
             self.overwrite(t, files, build_id, where)
             return sum(f.num_records for f in files)
 
-        with ThreadPoolExecutor(max(1, jobs)) as pool:
+        with JobThreads(self.spark, max(1, jobs)) as pool:  # (the run's jobs, each described by its table)
             pending = [(t.name, pool.submit(land, t, make)) for t, make in planned]
             return {name: rows for name, future in pending if (rows := future.result()) is not None}
 
