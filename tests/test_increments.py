@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from services import arrow_rows, copy_upto, spark_jobs, table_rows
 
 from kraftlog.analytics.definitions import WINDOW, event_tables, increment_of
+from kraftlog.analytics.events import Inputs
 from kraftlog.config import Config
 from kraftlog.spark import analyze as analyze_module
 from kraftlog.spark import history as history_module
@@ -31,7 +32,7 @@ from kraftlog.spark.bases import ClusterBase, cluster_bases
 from kraftlog.spark.history import ReconstructResult, landed, reconstruct
 from kraftlog.spark.increments import last_builds, plan_build
 from kraftlog.spark.ingest import ingest
-from kraftlog.spark.landed import Landed
+from kraftlog.spark.landed import Landed, landing_runs
 from kraftlog.spark.predicates import SQL_TERMS, Scope
 from kraftlog.spark.session import INTERPRETED, described
 from kraftlog.spark.store import store_for
@@ -679,6 +680,35 @@ def test_scopes_cut_at_instants_and_after_run_ids_select_in_spark_and_delta_rs_a
         kept = {(r["cluster_id"], r["hour"].astimezone(UTC), r["run_id"])
                 for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()}
         assert kept == set(rows) - want, scope.columns
+
+
+def test_an_hours_log_records_are_read_from_the_runs_that_landed_them(spark: Any, tmp_path: Path) -> None:
+    """The least run that landed a record at or after a cut, found from the ledger alone (``landing_runs``): the
+    hour's own run where the cut follows what landed before, the one before where the cut reaches back into it; no
+    bound for a cluster read whole. What the analysis of the hour reads of the log is cut by it."""
+    from pyspark.sql import functions as F
+
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    land_and_build(spark, copy_upto(SAMPLE, inputs, 60), wh)
+    _, events = land_build_analyze(spark, copy_upto(SAMPLE, inputs, 1 << 40), wh)
+    store = store_for(spark, Config.load(warehouse={"path": str(wh)}))
+    records = landed(store)("records").filter(F.col("source") == "log")
+    by_run = {r["run_id"]: (r["lo"], r["hi"]) for r in records.groupBy("run_id").agg(
+        F.min("log_offset").alias("lo"), F.max("log_offset").alias("hi")).collect()}
+    (first, (_, end)), (second, (begin, last)) = sorted(by_run.items())
+    assert end < begin and first < second, by_run
+    (cluster,) = {r["cluster_id"] for r in records.select("cluster_id").distinct().collect()}
+    runs = landing_runs(landed(store))
+    for cut, run in ((0, first), (end, first), (end + 1, second), (last, second)):
+        assert runs(Scope.of([], {cluster: cut})) == run, cut
+        assert records.filter(F.col("log_offset") >= cut).agg(F.min("run_id")).first()[0] == run
+    assert runs(Scope.of([cluster], {})) is None and runs(Scope.of([], {cluster: "20261129"})) is None
+    assert events.plan.going_on
+    # the builders' log records: Parquet is given the run, and skips the row groups of older runs by it
+    read = Inputs({}, landed(store), records, Scope.of([], {cluster: end + 1}), landed_by=runs).log_records()
+    scans = read._sc._jvm.PythonSQLUtils.explainString(read._jdf.queryExecution(), "formatted")
+    assert "GreaterThanOrEqual(run_id," in scans.split("PushedFilters:", 1)[1].split("\n", 1)[0], scans
+    assert sorted(arrow_rows(read.toArrow())) == sorted(arrow_rows(records.filter(F.col("log_offset") > end).toArrow()))
 
 
 def test_the_landed_log_tables_read_only_the_clusters_they_rebuild_rows_of() -> None:

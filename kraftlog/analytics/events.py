@@ -50,6 +50,10 @@ class Inputs:
     # the histories to keep (``shared``) as read: in an incremental analysis, those several builders read over and
     # over, whose rows (the versions holding from ``since`` on) follow the clusters' images and what changed since
     kept_histories: frozenset[str] = frozenset()
+    # in an incremental analysis, for the log records of a scope cut by log offset: the least run id that landed one
+    # (None: not known). ``log_records`` reads only rows of that run or later, so Parquet skips the row groups older
+    # runs wrote (each holds one run's rows), not only the rows before the cuts, which it reads to drop
+    landed_by: Callable[[Scope], str | None] | None = None
 
     def shared(self, name: str, frame: DataFrame) -> DataFrame:
         """``frame``, which several builders build alike from these inputs, or one reads more than once: where the
@@ -80,10 +84,18 @@ class Inputs:
         """The landed log records (``records`` rows of the log), in an incremental analysis from ``since`` on (in
         column ``by``), and in the clusters ``folded`` only those after the end their tables were built to."""
         records = self.table("records").filter(F.col("source") == "log")
-        if self.folded is None or self.since is None:
-            return self.from_since(records, by)
-        rest = self.since.without(self.folded.clusters).on(by)
-        return rest.select(records).unionByName(self.folded.on("log_offset").select(records))
+        if self.since is None:
+            return records
+        if self.folded is None:
+            return self._landed(records, self.since, by)
+        return self._landed(records, self.since.without(self.folded.clusters), by).unionByName(
+            self._landed(records, self.folded, "log_offset"))
+
+    def _landed(self, records: DataFrame, scope: Scope, by: str) -> DataFrame:
+        """The ``records`` of ``scope`` (cut in column ``by``), of the runs that landed them (``landed_by``)."""
+        rows = scope.on(by).select(records)
+        run = self.landed_by(scope) if self.landed_by is not None and by == "log_offset" else None
+        return rows if run is None else rows.filter(F.col("run_id") >= run)
 
     def fold(self, name: str, rows: DataFrame, keys: list[str], sums: Mapping[str, Column],
              merge: Callable[[DataFrame], DataFrame] | None = None) -> DataFrame:

@@ -65,7 +65,7 @@ from kraftlog.analytics.events import (
 )
 from kraftlog.config import Config
 from kraftlog.spark.history import built_clusters, landed, read_histories
-from kraftlog.spark.landed import Landed, Mark, landed_after, landed_since, ledger_marks, log_ends
+from kraftlog.spark.landed import Landed, Mark, landed_after, landed_since, landing_runs, ledger_marks, log_ends
 from kraftlog.spark.predicates import (
     Scope,
     cluster_predicate,
@@ -425,10 +425,11 @@ def folds(store: TableStore, got: dict[str, Landed], ends: dict[str, int | None]
 
 def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope | None = None,
            read: Inputs | None = None, since: Scope | None = None,
-           topics: Mapping[str, TopicsRead | None] | None = None) -> Inputs:
+           topics: Mapping[str, TopicsRead | None] | None = None,
+           landed_by: Callable[[Scope], str | None] | None = None) -> Inputs:
     """The histories, landed tables and replay ranges of a store: only ``clusters`` if given, and only the
     history rows in ``versions`` if given; ``since``: what the builders read of those clusters (``Inputs.since``);
-    ``topics``: per cluster, the only partitions read (None: every topic's).
+    ``topics``: per cluster, the only partitions read (None: every topic's); ``landed_by``: ``Inputs.landed_by``.
     ``read``: the store's tables already read (``inputs()``)."""
     if read is None:
         read = Inputs(read_histories(store), functools.cache(landed(store)), store.read(replay_ranges_table()))
@@ -444,7 +445,7 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope
         return only_topics(df, topics or {}) if kind == "partitions" else df
 
     return Inputs(_Made(lambda k: rows(k, histories[k]), histories), lambda name: only(source(name)), only(ranges),
-                  since, _Made(lambda k: only(histories[k]), histories))
+                  since, _Made(lambda k: only(histories[k]), histories), landed_by=landed_by)
 
 
 class _Once:
@@ -533,11 +534,13 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
         return  # every cluster unchanged: no table has rows to replace, no input is read
     every = inputs(store)
     clusters = None if plan.everything else plan.clusters
+    runs = None if plan.everything else landing_runs(every.table)
     # POINT and WINDOW read alike
-    later = inputs(store, clusters, plan.versions(POINT), every, plan.reads(POINT), plan.topics)
+    later = inputs(store, clusters, plan.versions(POINT), every, plan.reads(POINT), plan.topics, runs)
     whole = inputs(store, clusters, plan.versions(CLUSTER), every)
     by_kind = {POINT: later, WINDOW: later, CLUSTER: whole,
-               **{kind: inputs(store, clusters, plan.versions(kind), every, plan.reads(kind)) for kind in _LANDED}}
+               **{kind: inputs(store, clusters, plan.versions(kind), every, plan.reads(kind), landed_by=runs)
+                  for kind in _LANDED}}
     for kind in _FOLDED:
         if (folds := plan.folds(kind)) is not None:
             by_kind[kind] = dataclasses.replace(by_kind[kind], folded=folds[0], built=_built(store, folds[1]))

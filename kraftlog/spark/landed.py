@@ -13,7 +13,7 @@ since, and the caller builds from everything.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -25,6 +25,7 @@ from kraftlog.spark.bases import TableSource
 from kraftlog.spark.predicates import Scope, of_clusters
 from kraftlog.spark.session import local_frame
 from kraftlog.tables.definitions import catalog
+from kraftlog.wire.files import SEGMENT
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,24 @@ def landed_since(table: TableSource, since: Mapping[str, str]) -> dict[str, Land
                                     else datetime.fromtimestamp(r["hour"] / 1e6, UTC), r["epoch"]) for r in rows}
 
 
+def landing_runs(table: TableSource) -> Callable[[Scope], str | None]:
+    """For a scope of the landed log cut by log offset (no cluster whole), the least run id that landed a record of
+    it (None: none known). A record was landed with a ledger row of a segment of its cluster that was read up to its
+    offset or beyond (a row's ``last_offset`` is the greatest offset of its file then), so the least run id of those
+    rows is one (the ledger keeps every run's rows). Each scope is looked up once (a query of the ledger)."""
+    segments = table("files").filter(F.col("file_kind") == SEGMENT).select("cluster_id", "last_offset", "run_id")
+
+    @functools.cache
+    def first(scope: Scope) -> str | None:
+        if scope.whole or not scope.after or not all(type(at) is int for _, at in scope.after):
+            return None
+        cuts = F.broadcast(scope.cuts(segments.sparkSession, "_cut"))
+        return segments.join(cuts, "cluster_id").filter(F.col("last_offset") >= F.col("_cut")).agg(
+            F.min("run_id")).first()[0]  # type: ignore[index]
+
+    return first
+
+
 def log_ends(table: TableSource, clusters: list[str]) -> dict[str, int]:
     """Per cluster of ``clusters``, its greatest landed log offset."""
     if not clusters:
@@ -128,4 +147,4 @@ def log_ends(table: TableSource, clusters: list[str]) -> dict[str, int]:
     return {r["cluster_id"]: r["end"] for r in rows if r["end"] is not None}
 
 
-__all__ = ["Landed", "Ledger", "Mark", "landed_after", "landed_since", "ledger_marks", "log_ends"]
+__all__ = ["Landed", "Ledger", "Mark", "landed_after", "landed_since", "landing_runs", "ledger_marks", "log_ends"]
