@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from kraftlog.logs import log_to_stderr
 from kraftlog.wire.discover import log_files
 
 
@@ -229,9 +230,7 @@ def _build_command(f):  # type: ignore[no-untyped-def]
 
 def _build(run, warehouse: str | None, conf_file: str | None, clusters: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
     """Run a table build ``run(spark, config, store, clusters)`` and print its one-line summary."""
-    import logging
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    log_to_stderr()
     spark, store, config = _spark_store(warehouse, conf_file)
     click.echo(run(spark, config, store, list(clusters) or None).line())
 
@@ -398,8 +397,7 @@ def _landing(paths: tuple[str, ...], warehouse: str | None, conf_file: str | Non
     from kraftlog.storage import normalize
     from kraftlog.wire.discover import find_data_dirs
 
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(message)s",
-                        datefmt="%H:%M:%S")
+    log_to_stderr(logging.WARNING if quiet else logging.INFO)
     config = _config(warehouse, conf_file)
     found = find_data_dirs([normalize(p) for p in paths], config.storage.lister(), allow_empty)
     check_warehouse(config.storage, config.warehouse)

@@ -61,6 +61,7 @@ def test_spark_submit_settings_win_over_the_profile(tmp_path: Path) -> None:
                spark_env(), tmp_path)
     assert "spark.master=local[1] " in out and "spark.sql.shuffle.partitions=3 " in out
     assert "errors 0" in out
+    assert "clientserver" not in out  # kraftlog's log lines, not py4j's at every exit (``kraftlog.logs``)
 
 
 # -- a standalone cluster ----------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.config import Config
+from kraftlog.logs import log_to_stderr
 from kraftlog.spark.jvm_names import remember_jvm_names
 
 
@@ -236,7 +237,7 @@ def job_arguments(description: str, argv: list[str] | None = None,
                   ) -> tuple[argparse.Namespace, Config, SparkSession]:
     """The parsed arguments of a spark-submit job, its config and the session."""
     args = job_parser(description, extra).parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    log_to_stderr(fmt="%(asctime)s %(levelname)s %(message)s", datefmt=None)
     overrides: dict[str, Any] = {"warehouse": {"path": args.warehouse}} if args.warehouse else {}
     config = Config.load(args.profile, **overrides)
     spark = build_session(config)
