@@ -51,6 +51,7 @@ from common import (
     with_warehouse,
 )
 
+from kraftlog.state.bases import parse_snapshot_id
 from kraftlog.wire.files import classify
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -100,8 +101,9 @@ def batch_ends(path: Path) -> list[tuple[int, int]]:
 
 def split_input(source: Path, dest: Path, fraction: float = 0.01) -> tuple[Path, int]:
     """``source``'s data directories copied to ``dest`` without the last ``fraction`` of each one's log (by offset):
-    the segments that begin after that point left out, the one holding it cut at a batch boundary; returns the copy
-    and the number of bytes left out."""
+    the segments that begin after that point left out, the one holding it cut at a batch boundary, and the snapshots
+    of offsets the cut log does not reach yet (a controller writes a snapshot of what its log holds: the hour that
+    brings those offsets brings the snapshot); returns the copy and the number of bytes left out."""
     shutil.copytree(source, dest)
     cut = 0
     for log_dir in dest.rglob("__cluster_metadata-0"):
@@ -111,24 +113,33 @@ def split_input(source: Path, dest: Path, fraction: float = 0.01) -> tuple[Path,
         last = batch_ends(segments[-1][1])
         end_offset = last[-1][1] if last else segments[-1][0]
         target = end_offset - int((end_offset - segments[0][0]) * fraction)
+        held_from = None  # the first offset left out
         for offset, segment in reversed(segments):
             size = segment.stat().st_size
             if offset >= target:
                 segment.unlink()
                 cut += size
+                held_from = offset
                 continue
             ends = last if segment == segments[-1][1] else batch_ends(segment)
             keep_at = max((p for p, b in ends if b < target), default=0)
+            held_from = min((b for _, b in ends if b >= target), default=held_from)
             with open(segment, "r+b") as fh:
                 fh.truncate(keep_at)
             cut += size - keep_at
             break
+        for snapshot in log_dir.glob("*.checkpoint"):
+            named = parse_snapshot_id(snapshot.name.removesuffix(".checkpoint"))
+            if held_from is not None and named is not None and named[0] > held_from:
+                cut += snapshot.stat().st_size
+                snapshot.unlink()
     return dest, cut
 
 
 def grow(source: Path, dest: Path) -> None:
-    """Bring the segments of ``dest`` cut or left out back to their length in ``source`` (the log grew)."""
-    for f in source.rglob("*.log"):
+    """Bring the segments of ``dest`` cut or left out back to their length in ``source``, and the snapshots left out
+    (the log grew)."""
+    for f in [*source.rglob("*.log"), *source.rglob("*.checkpoint")]:
         target = dest / f.relative_to(source)
         if not target.exists() or target.stat().st_size != f.stat().st_size:
             shutil.copyfile(f, target)

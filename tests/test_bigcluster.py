@@ -81,7 +81,8 @@ def test_the_benchmarks_reuse_a_generated_cluster_only_once_it_is_complete(tmp_p
 
 def test_the_increment_of_the_benchmarks_is_the_last_hundredth_of_the_log_over_segments(tmp_path: Path) -> None:
     """``bench_fleet`` leaves out the last 1% of the log by offset (here more than the last segment holds: the
-    segments after the cut left out, the one holding it cut at a batch), and growing it back restores every file."""
+    segments after the cut left out, the one holding it cut at a batch) and the snapshots of offsets it no longer
+    holds, and growing it back restores every file."""
     from bench_fleet import base_offset, grow, split_input
 
     source = tmp_path / "src"
@@ -97,6 +98,14 @@ def test_the_increment_of_the_benchmarks_is_the_last_hundredth_of_the_log_over_s
     assert cut > 0 and max(kept.log) < 0.8 * end <= max(kept.log) + 200  # up to the batch before the cut point
     assert set(kept.log) == {o for o in whole.log if o <= max(kept.log)}
     assert len(list((inputs / "node" / "__cluster_metadata-0").glob("*.log"))) < len(segments)
+    # the snapshot half-way stays, the one at the end waits for the log to reach it
+    snapshots = {s.snapshot_id: s.offset for s in whole.snapshots.values()}
+    assert len(snapshots) == 2
+    reached = {i for i, at in snapshots.items() if at <= max(kept.log)}
+    assert {s.snapshot_id for s in kept.snapshots.values()} == reached and 0 < len(reached) < 2
     grow(source, inputs)
-    for f in source.rglob("*.log"):
+    files = [*source.rglob("*.log"), *source.rglob("*.checkpoint")]
+    assert sorted(p.relative_to(inputs) for p in inputs.rglob("*") if p.is_file()) == sorted(
+        p.relative_to(source) for p in source.rglob("*") if p.is_file())
+    for f in files:
         assert (inputs / f.relative_to(source)).read_bytes() == f.read_bytes()
