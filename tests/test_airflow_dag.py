@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,10 +24,36 @@ from kraftlog.spark.session import job_parser
 DAG_DIR = ROOT / "jobs" / "airflow"
 
 
+def _loggers() -> list[logging.Logger]:
+    return [logging.root, *(lg for lg in logging.root.manager.loggerDict.values() if isinstance(lg, logging.Logger))]
+
+
+@contextlib.contextmanager
+def logging_kept() -> Iterator[None]:
+    """The process's logging as it was before the block: Airflow sets it up when first imported (the root logger at
+    INFO, with a handler on the stream pytest captures then and closes at the end), and a line logged at exit (py4j's
+    "Closing down clientserver connection" as a Spark session's connection is collected) would then fail to be
+    written ("--- Logging error ---" after the summary)."""
+    before = {lg.name: (lg.level, list(lg.handlers), lg.propagate, lg.disabled) for lg in _loggers()}
+    try:
+        yield
+    finally:
+        for lg in _loggers():
+            level, handlers, lg.propagate, lg.disabled = before.get(lg.name, (logging.NOTSET, [], True, False))
+            lg.handlers[:] = handlers
+            lg.setLevel(level)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def airflow() -> None:
+    """Airflow and its Spark provider, imported with the process's logging kept as it was."""
+    with logging_kept():
+        pytest.importorskip("airflow.providers.apache.spark",
+                            reason="Airflow and its Spark provider are not installed (pip install -e '.[airflow]')")
+
+
 def _bag(airflow_home: Path, **env: str) -> Any:
     """The ``DagBag`` of ``DAG_DIR`` as Airflow parses it with ``env`` set (``KRAFTLOG_*``: read at parse time)."""
-    pytest.importorskip("airflow.providers.apache.spark",
-                        reason="Airflow and its Spark provider are not installed (pip install -e '.[airflow]')")
     from airflow.dag_processing.dagbag import DagBag
 
     with pytest.MonkeyPatch.context() as mp:

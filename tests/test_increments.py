@@ -644,6 +644,10 @@ def test_the_landed_log_tables_go_on_from_what_landed_since(spark: Any, tmp_path
     events = step((3, 9000, (100,), (3000, 3100)))
     assert events.plan.landed["c"].first is None and events.plan.since(HOURS) == {"c": hour[0]}, events.line()
     assert events.rows["log_health"] == 3 and events.plan.rows(_of_kind(LOG)).empty
+    # node 5 holds the first half of the gap (a segment arriving late): the gaps go on from the last offset landed
+    # before it, so the gap's row, which begins right after that offset, is replaced by the smaller gap left
+    events = step((5, 9000, (), (3050, 3100)))
+    assert events.plan.gaps_after == {"c": 2999} and events.rows["log_gaps"] == 1, events.line()
     # node 4 lands from a host whose clock is behind: its run id sorts before those analysed, so the ledger does not
     # tell what landed since, and the landed log tables rebuild the cluster
     monkeypatch.setattr("kraftlog.spark.ingest.new_run_id", lambda: "20000101T000000-00000000")
