@@ -51,7 +51,6 @@ from common import (
     with_warehouse,
 )
 
-from kraftlog.state.bases import parse_snapshot_id
 from kraftlog.wire.files import classify
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -129,8 +128,8 @@ def split_input(source: Path, dest: Path, fraction: float = 0.01) -> tuple[Path,
             cut += size - keep_at
             break
         for snapshot in log_dir.glob("*.checkpoint"):
-            named = parse_snapshot_id(snapshot.name.removesuffix(".checkpoint"))
-            if held_from is not None and named is not None and named[0] > held_from:
+            info = classify(snapshot.name)
+            if held_from is not None and info is not None and (info.end_offset or 0) > held_from:
                 cut += snapshot.stat().st_size
                 snapshot.unlink()
     return dest, cut
