@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-from common import save_results
+from common import best_of, save_results
 
 from kraftlog.wire.batches import iter_batches
 from kraftlog.wire.discover import log_files
@@ -26,15 +24,6 @@ from kraftlog.wire.files import paused_gc, read_log
 from kraftlog.wire.messages import default_codec
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _timed(fn: Callable[[], int], repeat: int) -> tuple[float, int]:
-    best, count = float("inf"), 0
-    for _ in range(repeat):
-        t = time.perf_counter()
-        count = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, count
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
@@ -70,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     rows = []
     for name, fn in (("header walk", header_walk), ("framing walk (floor)", framing_walk),
                      ("full decode", full_decode)):
-        secs, count = _timed(fn, args.repeat)
+        secs, count = best_of(fn, args.repeat)
         rows.append((name, secs, count))
         results[name] = {"seconds": round(secs, 4), "MB/s": round(size / secs / 1e6, 2)}
     records = rows[2][2]

@@ -23,6 +23,7 @@ from typing import Any
 
 from common import (
     WorkerMemory,
+    best_of,
     copy_corpus,
     corpus_arguments,
     local_config,
@@ -39,12 +40,7 @@ def _decoder_rate(inputs: Path) -> tuple[float, int]:
 
     default_codec()
     datas = [(p.read_bytes(), str(p)) for p, _ in log_files([inputs])]
-    best = float("inf")
-    n = 0
-    for _ in range(3):
-        t = time.perf_counter()
-        n = sum(read_log(d, s).record_count for d, s in datas)
-        best = min(best, time.perf_counter() - t)
+    best, n = best_of(lambda: sum(read_log(d, s).record_count for d, s in datas), 3)
     return n / best, n
 
 

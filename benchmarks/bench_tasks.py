@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from common import local_config, save_results
+from common import best_of, local_config, save_results
 
 
 def job_seconds(spark: Any, tasks: int, load_kraftlog: bool, repeat: int) -> float:
@@ -30,12 +29,7 @@ def job_seconds(spark: Any, tasks: int, load_kraftlog: bool, repeat: int) -> flo
 
     frame = spark.range(tasks, numPartitions=tasks)
     frame.mapInArrow(task, "id long").collect()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        frame.mapInArrow(task, "id long").collect()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return best_of(frame.mapInArrow(task, "id long").collect, repeat)[0]
 
 
 def main(argv: list[str] | None = None) -> None:
