@@ -31,7 +31,6 @@ import re
 import shutil
 import struct
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -48,6 +47,7 @@ from common import (
     rss_kb,
     run_command,
     save_results,
+    scratch_dir,
     with_warehouse,
 )
 
@@ -302,8 +302,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if written is not None:
             results[f"generated {n}"] = written
         inputs.append((f"big x{scale}", where))
-    work = Path(tempfile.mkdtemp(prefix="kraftlog-fleet-"))
-    try:
+    with scratch_dir("kraftlog-fleet-") as work:
         if args.copies and args.corpus.exists():
             inputs.append((f"corpus x{args.copies}", copy_corpus(args.corpus, work / "corpus", args.copies)))
         base = local_config(args.cores)
@@ -314,8 +313,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                       args.increments, args.connect_runs)
             print(results[name], flush=True)
         spark.stop()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     print(f"{'input':<12} {'part':<10} {'records':>10} {'ingest s':>8} {'recon s':>8} {'analyze s':>9} "
           f"{'rec/s/core':>10} {'driver JVM MB':>13} {'worker MB':>9}")
     for name, _ in inputs:

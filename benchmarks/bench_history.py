@@ -10,13 +10,10 @@ ratio of the 10x time to the 1x time.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from common import copy_corpus, corpus_arguments, local_config, save_results, with_warehouse
+from common import copy_corpus, corpus_arguments, local_config, save_results, scratch_dir, with_warehouse
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -27,9 +24,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from kraftlog.spark.session import build_session
     from kraftlog.spark.verify import verify_tables
 
-    work = Path(tempfile.mkdtemp(prefix="kraftlog-bench-"))
     results: dict[str, Any] = {"cores": args.cores}
-    try:
+    with scratch_dir("kraftlog-bench-") as work:
         big = copy_corpus(args.corpus, work / f"corpus-x{args.copies}", args.copies)
         base = local_config(args.cores)
         spark = build_session(base)
@@ -51,8 +47,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "snapshots_differing": sum(bool(c.differences) for _, checks in report for c in checks),
             }
         spark.stop()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     one, many = results["corpus"], results[f"corpus x{args.copies}"]
     results["build_time_ratio_for_10x_input"] = round(many["build_seconds"] / one["build_seconds"], 2)
     print(f"{'input':<14} {'records':>10} {'clusters':>8} {'history rows':>12} {'1st build s':>11} {'build s':>8} "

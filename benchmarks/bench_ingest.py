@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from common import (
     local_config,
     rss_kb,
     save_results,
+    scratch_dir,
     with_warehouse,
 )
 
@@ -80,9 +80,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from kraftlog.spark.ingest import ingest
     from kraftlog.spark.session import build_session
 
-    work = Path(tempfile.mkdtemp(prefix="kraftlog-bench-"))
     results: dict[str, Any] = {"cores": args.cores}
-    try:
+    with scratch_dir("kraftlog-bench-") as work:
         big = copy_corpus(args.corpus, work / f"corpus-x{args.copies}", args.copies)
         rate, _ = _decoder_rate(args.corpus)
         results["decoder_records_per_s_one_core"] = round(rate)
@@ -116,8 +115,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "phases_s": r.phases,
             }
         spark.stop()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     one, many = results["corpus"], results[f"corpus x{args.copies}"]
     results["time_ratio_for_10x_input"] = round(many["seconds"] / one["seconds"], 2)
     decoder = results["decoder_records_per_s_one_core"]

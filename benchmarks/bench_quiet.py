@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from bigcluster import Cluster
-from common import local_config, save_results, with_warehouse
+from common import local_config, save_results, scratch_dir, with_warehouse
 
 PER_HOUR = 7100  # a NoOp every ~507 ms (LogWriter.noop)
 
@@ -80,12 +79,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from kraftlog.spark.session import build_session
     from kraftlog.spark.verify import verify_tables
 
-    work = Path(tempfile.mkdtemp(prefix="kraftlog-bench-quiet-"))
     base = local_config(2)
     spark = build_session(base)
     results: dict[str, Any] = {"cores": 2, "records_per_hour": PER_HOUR, "runs": []}
     steps = ("ingest", "reconstruct", "verify", "analyze")
-    try:
+    with scratch_dir("kraftlog-bench-quiet-") as work:
         for hours in args.hours:
             source, cut = quiet_cluster(work / f"src-{hours}", hours, args.nodes)
             inputs = work / f"in-{hours}"
@@ -124,8 +122,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   + ", ".join(f"{s} {run[f'hour_{s}_s']} s" for s in steps)
                   + f" = {run['hour_s']} s; verify --full {run['full_verify_s']} s, analyze --full "
                   f"{run['full_analyze_s']} s", flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     save_results(args.json, results)
     return results
 

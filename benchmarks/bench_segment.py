@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from bench_fleet import batch_ends
 from bigcluster import generated
-from common import ROOT, WorkerMemory, local_config, save_results, with_warehouse
+from common import ROOT, WorkerMemory, local_config, save_results, scratch_dir, with_warehouse
 
 
 def joined_log(cluster: Path) -> bytes:
@@ -84,8 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     base = local_config(args.cores)
     spark = build_session(base)
     results: dict[str, Any] = {"cores": args.cores, "log_mb": round(len(log) / 1e6, 1)}
-    work = Path(tempfile.mkdtemp(prefix="kraftlog-segment-"))
-    try:
+    with scratch_dir("kraftlog-segment-") as work:
         for mb in [int(s) for s in args.sizes.split(",") if s]:
             for nodes in [int(s) for s in args.nodes.split(",") if s]:
                 name = f"{mb}MB x{nodes}"
@@ -98,8 +96,6 @@ def main(argv: list[str] | None = None) -> None:
                 print(name, r, flush=True)
                 shutil.rmtree(dest)
         spark.stop()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     print(f"{'input':<12} {'segment MB':>10} {'records':>10} {'seconds':>8} {'MB/s':>6} {'worker MB':>9}")
     for name, r in results.items():
         if isinstance(r, dict):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -127,6 +129,16 @@ def run_command(cmd: list[str], env: dict[str, str], cwd: Path | None = None) ->
     if run.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{(run.stdout + run.stderr)[-4000:]}")
     return time.perf_counter() - t0, run.stdout
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """A directory for a benchmark's inputs and warehouses, removed with all it holds when the benchmark ends."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def save_results(path: Path | None, results: dict[str, Any]) -> None:

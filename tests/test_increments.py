@@ -27,7 +27,7 @@ from kraftlog.analytics.events import Inputs
 from kraftlog.config import Config
 from kraftlog.spark import analyze as analyze_module
 from kraftlog.spark import history as history_module
-from kraftlog.spark.analyze import AnalyzeResult, analyze, last_analyses, plan_events
+from kraftlog.spark.analyze import AnalyzeResult, analyze, last_analyses, partition_inputs, plan_events
 from kraftlog.spark.bases import ClusterBase, cluster_bases
 from kraftlog.spark.history import ReconstructResult, landed, reconstruct
 from kraftlog.spark.increments import last_builds, plan_build
@@ -136,6 +136,19 @@ class FromScratch:
                     [named[c] for c in mine["cluster_id"].to_pylist()], mine.schema.field(at).type))
                 assert arrow_rows(mine) == rows[name], (k, name)
         assert under_min_isr_rows(self.wh) == evaluated(self.wh)  # evaluated point by point
+
+
+def built_upto(spark: Any, tmp_path: Path, log: list[Any], first: int
+               ) -> tuple[Path, Path, Path, Config, FromScratch]:
+    """Cluster ``c`` of ``log``, a batch per record (cut anywhere), landed, built and analysed up to offset ``first``:
+    its source, inputs and warehouse, the ``Config`` of that warehouse, and the ``FromScratch`` its next steps are
+    checked by."""
+    source = tmp_path / "src"
+    write_cluster(source, GenCluster("c", log), sizes=[1])
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
+    land_build_analyze(spark, copy_upto(source, inputs, first), wh)
+    return source, inputs, wh, config, FromScratch(tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -324,12 +337,7 @@ def test_going_on_replays_and_analyses_only_the_partitions_named_since(spark: An
             ("meta", "CLEAR_ELR_RECORD", 0, {"topic_name": ""}),
             ("meta", "CONFIG_RECORD", 0, {"resource_type": 2, "resource_name": "t0", "name": "min.insync.replicas",
                                           "value": "2"})]  # 14, 15
-    source = tmp_path / "src"
-    write_cluster(source, GenCluster("c", log), sizes=[1])  # a batch per record: cut anywhere
-    inputs, wh = tmp_path / "in", tmp_path / "wh"
-    config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
-    land_build_analyze(spark, copy_upto(source, inputs, 9), wh)
-    scratch = FromScratch(tmp_path)
+    source, inputs, wh, config, scratch = built_upto(spark, tmp_path, log, 9)
     partitions = wh / history_tables()["partitions"].name
     # the end; the partitions and topics replayed and the partition rows written (closed and open versions of
     # those); the partitions the events read (t0-0's window is open from 9 on)
@@ -381,12 +389,7 @@ def test_a_changed_min_insync_replicas_reads_only_the_partitions_it_can_apply_to
                                              "leader": leader, "leader_epoch": 0, "partition_epoch": 0})
             for leader, t in enumerate((ta, tb, tc), start=1)]  # 3-5
     log += [mir(2, "b", "2"), mir(4, "3", "4"), mir(2, "a", "1", "retention.ms"), mir(4, "", "1")]  # 6-9
-    source = tmp_path / "src"
-    write_cluster(source, GenCluster("c", log), sizes=[1])
-    inputs, wh = tmp_path / "in", tmp_path / "wh"
-    config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
-    land_build_analyze(spark, copy_upto(source, inputs, 6), wh)
-    scratch = FromScratch(tmp_path)
+    source, inputs, wh, config, scratch = built_upto(spark, tmp_path, log, 6)
     c0 = TopicsRead(partitions=frozenset({(tc, 0)}))
     for end, read in [(7, TopicsRead(frozenset({tb}))), (8, c0), (9, c0), (1 << 40, None)]:
         ingest(spark, [str(copy_upto(source, inputs, end))], config)
@@ -400,6 +403,51 @@ def test_a_changed_min_insync_replicas_reads_only_the_partitions_it_can_apply_to
         assert DeltaTable(str(wh / "topic_lifecycle")).version() == lifecycle, end
         scratch.step(inputs, wh)
     assert [(w[1], w[4], w[6], w[8], w[9]) for w in under_min_isr_rows(wh)] == [(tc, 7, None, 4, "broker")]
+    scratch.check(spark)
+
+
+def test_a_window_open_long_ago_leaves_the_other_partitions_read_from_the_resume_offset(spark: Any,
+                                                                                      tmp_path: Path) -> None:
+    """A topic of two partitions; one falls out of sync early (under-replicated and under min.insync.replicas 2 from
+    there on: its windows stay open, as while a broker is down for weeks), the other changes leader ten times. The
+    hour after (a leader change, and a partition added to the topic: the topic read whole) reads the open
+    windows' partition from where they began, the others from the resume offset only: not the ten versions since
+    the windows opened. ``topic_lifecycle`` still counts the two partitions the topic had before the third. Each
+    step ends equal to a build from scratch."""
+    t0 = uid(801)
+
+    def partition(p: int) -> tuple[Any, ...]:
+        return "meta", "PARTITION_RECORD", 0, {"topic_id": t0, "partition_id": p, "replicas": [1, 2], "isr": [1, 2],
+                                               "removing_replicas": [], "adding_replicas": [], "leader": 1,
+                                               "leader_epoch": 0, "partition_epoch": 0}
+
+    def change(p: int, **fields: Any) -> tuple[Any, ...]:
+        return "meta", "PARTITION_CHANGE_RECORD", 0, {"topic_id": t0, "partition_id": p, **fields}
+
+    log = [("meta", "TOPIC_RECORD", 0, {"topic_id": t0, "name": "t0"}), partition(0), partition(1),  # 0-2
+           ("meta", "CONFIG_RECORD", 0, {"resource_type": 4, "resource_name": "", "name": "min.insync.replicas",
+                                         "value": "2"}),  # 3
+           change(0, isr=[1], leader=-2)]  # 4: t0-0's windows open from here
+    log += [change(1, leader=2 - k % 2) for k in range(11)]  # 5-15: t0-1 led by 2, 1, 2, ...
+    log += [partition(2)]  # 16: born, t0 read whole
+    source, inputs, wh, config, scratch = built_upto(spark, tmp_path, log, 5)
+    for end in (15, 1 << 40):
+        ingest(spark, [str(copy_upto(source, inputs, end))], config)
+        assert reconstruct(spark, config).resumed == 1, end
+        store = store_for(spark, config)
+        plan = plan_events(store, None, False)
+        assert plan.floors == {"c": {(t0, 0): 4}}, end
+        read = partition_inputs(store, plan).history("partitions")
+        versions = sorted((r["partition_id"], r["valid_from_offset"]) for r in read.collect())
+        # t0-0: the version its windows began in, and the one before (the windows' start is told from it); t0-1:
+        # the version holding at the resume offset and those begun since; t0-2: born
+        assert versions == ([(0, 1), (0, 4), (1, 2), *((1, k) for k in range(5, 15))] if end == 15
+                            else [(0, 1), (0, 4), (1, 14), (1, 15), (2, 16)]), end
+        analyze(spark, config)
+        scratch.step(inputs, wh)
+    lifecycle = [(r["event"], r["partitions_before"], r["partitions_after"])
+                 for r in DeltaTable(str(wh / "topic_lifecycle")).to_pyarrow_table().to_pylist()]
+    assert ("partitions_added", 2, 3) in lifecycle
     scratch.check(spark)
 
 

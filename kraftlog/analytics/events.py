@@ -563,10 +563,10 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
     after a TopicRecord for a live topic id emptied it, as Kafka's ``TopicsDelta`` does); ``partitions_before``
     counts the topic's partitions holding just before the event, ``partitions_after`` adds those born in its batch.
 
-    Incrementally (``inputs.since``), the rows from ``since`` on are exact: topics are read whole (a name's earlier
-    topic), partitions from ``since`` on (every version holding at ``since`` or later is there, so every count
-    from ``since`` on; births are looked for from ``since`` on), and records from ``since`` on (the batches of the
-    partitions born since)."""
+    Incrementally (``inputs.since``), the rows from the resume offset on (those kept) are exact: topics are read
+    whole (a name's earlier topic), partitions from the resume offset on or earlier (``VersionCuts``: every version
+    holding there or later is there, so every count from there on; births are looked for from ``since`` on), and
+    records from ``since`` on (the batches of the partitions born since)."""
     topics = at_start(inputs, inputs.history("topics", whole=True))
     first = topics.groupBy("cluster_id", "topic_id").agg(
         F.min("valid_from_offset").alias("_created"), F.min("valid_from").alias("_created_time"),
@@ -629,13 +629,14 @@ def lives(inputs: Inputs, partitions: DataFrame) -> DataFrame:
     """Where each life of a partition (a version and those that replaced it, one by one) begins (``_d`` 1) and ends
     by its deletion (-1), by offset (``_o``): a partition holds at an offset where a life of it began at or before and
     has not ended; counted from the versions that begin or end one, not from every version. A life begins at a
-    version that replaced none (``replaced``) or, incrementally, at the first version read of it (one holding at
-    ``since``: the versions before are not read)."""
+    version that replaced none (``replaced``) or, incrementally, at the first version read of the partition (the one
+    holding where its versions are read from, ``since`` or later: ``VersionCuts``; those before are not read)."""
     p = replaced(partitions, "partitions")
     begins = F.col("_prev").isNull()
     if inputs.since is not None:
-        p = p.join(inputs.cuts(p), "cluster_id", "left")
-        begins = begins | F.coalesce(F.col("valid_from_offset") < F.col("since"), F.lit(False))
+        p = p.withColumn("_first", F.min("valid_from_offset").over(
+            Window.partitionBy("cluster_id", "topic_id", "partition_id")))
+        begins = begins | (F.col("valid_from_offset") == F.col("_first"))
     return (p.filter(begins).select("cluster_id", "topic_id", F.col("valid_from_offset").alias("_o"),
                                     F.lit(1).alias("_d"))
             .unionByName(p.filter(F.col("ended_by") == "delete").select(

@@ -11,8 +11,9 @@ the cluster had. The next run compares each cluster with that row and the curren
   ``log_offset >= R`` from the versions holding at ``R`` or later; ``WINDOW`` tables rebuild the windows
   open or ending at ``R`` or later, from the versions holding at the earliest such window's start;
   ``CLUSTER`` tables rebuild the cluster's rows. Of the partitions, ``POINT`` and ``WINDOW`` tables read only
-  those with a version begun or ended at ``R`` or later, or a window still open (``partition_topics``): an
-  hour's cost follows the partitions it touched. The tables of the landed log itself
+  those with a version begun or ended at ``R`` or later, or a window still open (``partition_topics``), and
+  each from ``R`` on, or from where its own earliest open window began (``VersionCuts``): an hour's cost follows
+  the partitions it touched, not how long ago a window opened elsewhere. The tables of the landed log itself
   go on from what landed since (``kraftlog.spark.landed``): ``HOURS`` tables rebuild the hours from the
   earliest one a row landed since falls in, ``LOG`` tables the gaps after the last offset landed before the
   earliest record landed since, ``EPOCHS`` tables the epoch holding that offset and later ones
@@ -68,6 +69,7 @@ from kraftlog.spark.history import built_clusters, landed, read_histories
 from kraftlog.spark.landed import Landed, Mark, landed_after, landed_since, landing_runs, ledger_marks, log_ends
 from kraftlog.spark.predicates import (
     Scope,
+    VersionCuts,
     cluster_predicate,
     named_topics,
     of_clusters,
@@ -129,6 +131,8 @@ class EventPlan:
     # per cluster going on, the partitions the partition events read (``partition_topics``; None: all)
     topics: dict[str, TopicsRead | None] = field(default_factory=dict)
     births: set[str] = field(default_factory=set)  # of those, the clusters with a partition born since (likewise)
+    # of those, per partition with a window open, where its earliest open window began (likewise)
+    floors: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
     interpreted: bool = False  # the run's expressions were interpreted (``kraftlog.spark.session.interpreted``)
 
     @property
@@ -193,6 +197,12 @@ class EventPlan:
             return None
         return (Scope.of([], {c: end + 1 for c, end in folded.items()}, "log_offset"),
                 Scope.of([], {c: since[c] for c in folded}, _FOLDED[increment]))
+
+    @property
+    def cuts(self) -> VersionCuts:
+        """Where ``POINT`` and ``WINDOW`` tables read each partition's versions from (``VersionCuts``): the resume
+        offset, or the start of its earliest open window."""
+        return VersionCuts({c: cut.resume for c, cut in self.going_on.items()}, self.floors)
 
     def versions(self, increment: str) -> Scope | None:
         """The history rows a table of kind ``increment`` is built from (None: all of them)."""
@@ -283,23 +293,26 @@ def plan_events(store: TableStore, clusters: list[str] | None, anew: bool, last:
         gaps = pool.submit(gaps_after, store, plan.landed, plan.log_ends)
         folded = pool.submit(folds, store, plan.landed, plan.log_ends)
         plan.epochs_after = epochs_after(store, plan.landed, plan.log_ends)
-        (plan.topics, plan.births), plan.gaps_after, plan.folded = topics.result(), gaps.result(), folded.result()
+        (plan.topics, plan.births, plan.floors), plan.gaps_after, plan.folded = (topics.result(), gaps.result(),
+                                                                                 folded.result())
     return plan
 
 
-def partition_topics(store: TableStore, resume: dict[str, int]) -> tuple[dict[str, TopicsRead | None], set[str]]:
+def partition_topics(store: TableStore, resume: dict[str, int]
+                     ) -> tuple[dict[str, TopicsRead | None], set[str], dict[str, dict[tuple[str, int], int]]]:
     """Per cluster going on (from its resume offset), the partitions its partition events read (None: every topic's,
-    or more than ``TOPICS_NAMED``); and the clusters with a partition born since. A partition's events from the
+    or more than ``TOPICS_NAMED``); the clusters with a partition born since; and per cluster, the partitions with a
+    window still open, each with where the earliest began (``VersionCuts.floors``). A partition's events from the
     resume offset on (``POINT``) come from its versions begun or ended there or later, and its windows (``WINDOW``)
     rebuilt are those open then or ending later: so the partitions with such a version or with a window still open,
     and those a config that applies to partitions (``PARTITION_CONFIGS``) changed since can apply to
     (``config_reads``). A topic a partition was born in since is read whole: ``topic_lifecycle`` counts the
     partitions it had before (and is rebuilt only where one was born, or a topic changed: ``CHANGED_BY``)."""
     if not resume:
-        return {}, set()
+        return {}, set(), {}
     kinds = history_tables()
     since = Scope.of([], resume, "valid_from_offset", "valid_to_offset")
-    every, none = _every_topic(), _whole_topic()
+    every, none, no_floor = _every_topic(), _whole_topic(), F.lit(None).cast("long").alias("floor")
     keys = ["cluster_id", "topic_id", "partition_id"]
     versions = since.select(store.read(kinds["partitions"])).select(*keys, "valid_from_offset", "valid_to_offset",
                                                                      "ended_by")
@@ -308,25 +321,32 @@ def partition_topics(store: TableStore, resume: dict[str, int]) -> tuple[dict[st
         *keys, F.col("valid_to_offset").alias("valid_from_offset"))
     born = (Scope.of([], resume, "valid_from_offset").select(versions)
             .join(into, [*keys, "valid_from_offset"], "left_anti")
-            .select("cluster_id", "topic_id", none, F.lit(True).alias("born")))  # (a null partition: the topic whole)
-    named = [versions.select(*keys), *config_reads(store, since)]
-    named += [store.read(t).filter(F.col("to_offset").isNull() & of_clusters(list(resume)))
-              .select(*(keys if "partition_id" in t.schema.names else ["cluster_id", every, none]))
-              for t in event_tables().values() if increment_of(t) == WINDOW]
+            .select("cluster_id", "topic_id", none, no_floor, F.lit(True).alias("born")))  # (null: the topic whole)
+    named = [df.select("*", no_floor) for df in [versions.select(*keys), *config_reads(store, since)]]
+    for t in event_tables().values():
+        if increment_of(t) == WINDOW:  # (a window of no partition: every topic, read from the cluster's floor)
+            opened = store.read(t).filter(F.col("to_offset").isNull() & of_clusters(list(resume)))
+            named.append(opened.groupBy(*keys).agg(F.min("from_offset").alias("floor"))
+                         if "partition_id" in t.schema.names else opened.select("cluster_id", every, none, no_floor))
     found: dict[str, list[tuple[str, int | None]] | None] = {c: [] for c in resume}
+    floors: dict[str, dict[tuple[str, int], int]] = {c: {} for c in resume}
     births = set()
     for r in functools.reduce(DataFrame.unionByName, [born, *(df.withColumn("born", F.lit(False)) for df in named)]
                               ).distinct().collect():
+        c = r["cluster_id"]
         if r["born"]:
-            births.add(r["cluster_id"])
-        rows = found[r["cluster_id"]]
+            births.add(c)
+        if r["floor"] is not None:
+            at = (r["topic_id"], r["partition_id"])
+            floors[c][at] = min(r["floor"], floors[c].get(at, r["floor"]))
+        rows = found[c]
         if r["topic_id"] is None:
-            found[r["cluster_id"]] = None  # every topic
+            found[c] = None  # every topic
         elif rows is not None:
             rows.append((r["topic_id"], r["partition_id"]))
     return {c: None if rows is None else named_topics(TopicsRead.of(
         [t for t, p in rows if p is None], [(t, p) for t, p in rows if p is not None])) for c, rows in found.items()
-            }, births
+            }, births, {c: f for c, f in floors.items() if f}
 
 
 def _every_topic() -> Column:
@@ -426,11 +446,12 @@ def folds(store: TableStore, got: dict[str, Landed], ends: dict[str, int | None]
 def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope | None = None,
            read: Inputs | None = None, since: Scope | None = None,
            topics: Mapping[str, TopicsRead | None] | None = None,
-           landed_by: Callable[[Scope], str | None] | None = None) -> Inputs:
+           landed_by: Callable[[Scope], str | None] | None = None, cuts: VersionCuts | None = None) -> Inputs:
     """The histories, landed tables and replay ranges of a store: only ``clusters`` if given, and only the
     history rows in ``versions`` if given; ``since``: what the builders read of those clusters (``Inputs.since``);
-    ``topics``: per cluster, the only partitions read (None: every topic's); ``landed_by``: ``Inputs.landed_by``.
-    ``read``: the store's tables already read (``inputs()``)."""
+    ``topics``: per cluster, the only partitions read (None: every topic's), and ``cuts``, from where their versions
+    are read (``VersionCuts``); ``landed_by``: ``Inputs.landed_by``. ``read``: the store's tables already read
+    (``inputs()``)."""
     if read is None:
         read = Inputs(read_histories(store), functools.cache(landed(store)), store.read(replay_ranges_table()))
     source, histories, ranges = read.table, read.histories, read.ranges
@@ -442,7 +463,7 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope
 
     def rows(kind: str, df: DataFrame) -> DataFrame:
         df = only(df) if versions is None else versions.select(df)
-        return only_topics(df, topics or {}) if kind == "partitions" else df
+        return only_topics(df, topics or {}, cuts) if kind == "partitions" else df
 
     return Inputs(_Made(lambda k: rows(k, histories[k]), histories), lambda name: only(source(name)), only(ranges),
                   since, _Made(lambda k: only(histories[k]), histories), landed_by=landed_by)
@@ -535,8 +556,7 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
     every = inputs(store)
     clusters = None if plan.everything else plan.clusters
     runs = None if plan.everything else landing_runs(every.table)
-    # POINT and WINDOW read alike
-    later = inputs(store, clusters, plan.versions(POINT), every, plan.reads(POINT), plan.topics, runs)
+    later = partition_inputs(store, plan, every, runs)
     whole = inputs(store, clusters, plan.versions(CLUSTER), every)
     by_kind = {POINT: later, WINDOW: later, CLUSTER: whole,
                **{kind: inputs(store, clusters, plan.versions(kind), every, plan.reads(kind), landed_by=runs)
@@ -579,6 +599,15 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
             where = plan.rows(t)
             if where is None or not where.empty:
                 yield t, functools.partial(landing, name, increment_of(t), where)
+
+
+def partition_inputs(store: TableStore, plan: EventPlan, every: Inputs | None = None,
+                     runs: Callable[[Scope], str | None] | None = None) -> Inputs:
+    """What ``POINT`` and ``WINDOW`` tables read (alike): of the clusters going on, the versions from where each can
+    still change an event (``EventPlan.versions``), of only the partitions ``partition_topics`` found, each from its
+    cut (``EventPlan.cuts``); ``every``: the store's tables as read (``inputs()``); ``runs``: ``landing_runs``."""
+    return inputs(store, None if plan.everything else plan.clusters, plan.versions(POINT), every, plan.reads(POINT),
+                  plan.topics, runs, plan.cuts)
 
 
 def empty_kinds(store: TableStore, clusters: list[str] | None) -> set[str]:
