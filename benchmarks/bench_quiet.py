@@ -52,16 +52,18 @@ def quiet_cluster(out: Path, hours: int, nodes: int) -> tuple[Path, int]:
 
 def until_last_hour(source: Path, dest: Path, cut: int) -> list[tuple[Path, Path]]:
     """``source`` in ``dest`` as it was before its last hour: each node's segment cut at ``cut``, its last snapshot
-    absent; returns the (source, destination) pairs of the files the last hour changes."""
+    (if it has any) absent; returns the (source, destination) pairs of the files the last hour changes."""
     shutil.copytree(source, dest)
     changed = []
     for log_dir in sorted(source.glob("node-*/__cluster_metadata-0")):
         target = dest / log_dir.relative_to(source)
-        segment, snapshot = sorted(log_dir.glob("*.log"))[-1], sorted(log_dir.glob("*.checkpoint"))[-1]
+        segment = sorted(log_dir.glob("*.log"))[-1]
         with open(target / segment.name, "r+b") as fh:
             fh.truncate(cut)
-        (target / snapshot.name).unlink()
-        changed += [(segment, target / segment.name), (snapshot, target / snapshot.name)]
+        changed.append((segment, target / segment.name))
+        for snapshot in sorted(log_dir.glob("*.checkpoint"))[-1:]:
+            (target / snapshot.name).unlink()
+            changed.append((snapshot, target / snapshot.name))
     return changed
 
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_quiet import until_last_hour
 from bigcluster import Cluster, metadata
 from common import local_config, save_results, scratch_dir, with_warehouse
 
@@ -77,17 +78,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for rounds in args.rounds:
             source, cut, written = down_for_rounds(work / f"src-{rounds}", rounds)
             inputs = work / f"in-{rounds}"
-            shutil.copytree(source, inputs)
-            segment = sorted(source.glob("node-1/__cluster_metadata-0/*.log"))[-1]
-            target = inputs / segment.relative_to(source)
-            with open(target, "r+b") as fh:
-                fh.truncate(cut)
+            last_hour = until_last_hour(source, inputs, cut)
             config = Config.load(**{**with_warehouse(base, work, f"{rounds}r").data,
                                     "identity": {"cluster": "{cluster.id}"}})
             ingest(spark, [str(inputs)], config)  # every round but the last hour
             reconstruct(spark, config)
             analyze(spark, config)
-            shutil.copy(segment, target)  # the last hour lands
+            for f, target in last_hour:  # the last hour lands
+                shutil.copy(f, target)
             run: dict[str, Any] = {"rounds": rounds, **written}
             t = time.perf_counter()
             ingest(spark, [str(inputs)], config)
