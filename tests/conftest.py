@@ -91,20 +91,26 @@ def kafka_ref() -> Path:
 
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
-    """One local SparkSession for the whole run (two cores, few shuffle partitions).
+    """One local SparkSession for the whole run, or for each of ``make test``'s worker processes (two cores, few
+    shuffle partitions).
 
     Its expressions are interpreted, not compiled (``spark.sql.codegen.factoryMode=NO_CODEGEN``, Spark's own fallback
     path, same results): the tests' inputs are a few rows, where compiling every projection with Janino is most of a
-    query's cost (test_increments: 568 s compiled, 473 s interpreted). The jobs the tests start as processes
-    (``make run``, spark-submit, the DAG, Spark Connect) compile as production does, and their tables are compared
-    with this session's."""
+    query's cost (test_increments: 568 s compiled, 473 s interpreted). Its JVM stops the JIT at C1 with the serial
+    collector (``SHORT_JVM``, as the JVMs the tests start): on test_history and test_analytics the same wall time
+    (176 and 180 s) for 213 instead of 271 CPU-seconds, the C2 compiler's threads' work, which the other worker of
+    ``make test`` needs. The jobs the tests start as processes (``make run``, spark-submit, the DAG, Spark Connect)
+    compile as production does, and their tables are compared with this session's."""
     pytest.importorskip("pyspark")
+    from services import SHORT_JVM
+
     from kraftlog.config import Config
     from kraftlog.spark.session import build_session
 
     config = Config.load(spark={"master": "local[2]", "app_name": "kraftlog-tests", "log_level": "ERROR",
                                 "conf": {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
                                          "spark.ui.showConsoleProgress": "false", "spark.driver.memory": "2g",
+                                         "spark.driver.extraJavaOptions": SHORT_JVM,
                                          "spark.sql.codegen.factoryMode": "NO_CODEGEN"}})
     session = build_session(config)
     yield session
