@@ -20,12 +20,13 @@ $(STAMP): pyproject.toml
 ## the test suite, corpus-wide (slow) checks included: its files shared out over TEST_WORKERS processes, each
 ## with its own SparkSession (pytest-xdist; TEST_WORKERS=0 runs them all in this one)
 TEST_WORKERS ?= 2
+PYTEST_SHARED := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST_SHARED)
 
 ## everything but the corpus-wide checks
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow"
+	$(PYTEST_SHARED) -m "not slow"
 
 ## the Spark-built properties (random logs: Spark equals the local replay, any split equals a build from
 ## scratch) with 20x the examples CI runs: about 2,000 random clusters of each

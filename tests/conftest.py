@@ -98,9 +98,10 @@ def spark():  # type: ignore[no-untyped-def]
     path, same results): the tests' inputs are a few rows, where compiling every projection with Janino is most of a
     query's cost (test_increments: 568 s compiled, 473 s interpreted). Its JVM stops the JIT at C1 with the serial
     collector (``SHORT_JVM``, as the JVMs the tests start): on test_history and test_analytics the same wall time
-    (176 and 180 s) for 213 instead of 271 CPU-seconds, the C2 compiler's threads' work, which the other worker of
-    ``make test`` needs. The jobs the tests start as processes (``make run``, spark-submit, the DAG, Spark Connect)
-    compile as production does, and their tables are compared with this session's."""
+    (176 and 180 s) for 213 instead of 271 CPU-seconds, the C2 compiler's threads' work (with ``make test``'s two
+    workers the suite's wall time did not move measurably: 26:25 and 26:26, one run each). The jobs the tests start
+    as processes (``make run``, spark-submit, the DAG, Spark Connect) compile as production does, and their tables are
+    compared with this session's."""
     pytest.importorskip("pyspark")
     from services import SHORT_JVM
 
