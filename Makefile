@@ -42,7 +42,7 @@ run: $(STAMP)
 ## the pipeline's wall time on each deployment path (local, S3, standalone cluster, Spark Connect); the pipeline on
 ## a generated big cluster (1x and 4x) and the 10x corpus, full and an hourly increment (bench_fleet); the hourly run
 ## (ingest, reconstruct, verify, analyze) of a quiet cluster with a snapshot an hour, at 100 and 400 hours of history
-## (bench_quiet); the hourly run of a cluster with a broker down for 4 and 16 rolling restarts (bench_window); ingest
+## (bench_quiet); the hourly run of a cluster with a broker down for 4, 16 and 64 rolling restarts (bench_window); ingest
 ## of one big segment, 60 and 240 MB, from one node and three (bench_segment); the fixed cost of a Python task in a
 ## plain PySpark worker and in one that loaded kraftlog (bench_tasks)
 bench: $(STAMP)

@@ -319,8 +319,9 @@ def test_going_on_replays_and_analyses_only_the_partitions_named_since(spark: An
     """Three topics of two partitions; each increment names a partition (a PartitionChange), whole topics (a
     RemoveTopic, a TopicRecord again for a live id), none (a topic config: not a partition rule) or every one
     (ClearElr without a name). Only the named partitions and topics are restored and their rows rewritten
-    (reconstruct); the partition events read the partitions with a version begun or ended since, or a window open,
-    and the topic whose min.insync.replicas changed (analyze). Every step ends equal to a build from scratch."""
+    (reconstruct); the partition events read the partitions with a version begun or ended since and the topic whose
+    min.insync.replicas changed, not t0-0 for its open window alone (analyze). Every step ends equal to a build
+    from scratch."""
     t0, t1, t2 = uid(601), uid(602), uid(603)
     log = [("meta", "TOPIC_RECORD", 0, {"topic_id": t, "name": f"t{i}"}) for i, t in enumerate((t0, t1, t2))]
     log += [("meta", "PARTITION_RECORD", 0, {"topic_id": t, "partition_id": p, "replicas": [1, 2], "isr": [1, 2],
@@ -340,16 +341,16 @@ def test_going_on_replays_and_analyses_only_the_partitions_named_since(spark: An
     source, inputs, wh, config, scratch = built_upto(spark, tmp_path, log, 9)
     partitions = wh / history_tables()["partitions"].name
     # the end; the partitions and topics replayed and the partition rows written (closed and open versions of
-    # those); the partitions the events read (t0-0's window is open from 9 on)
+    # those); the partitions the events read (t0-0's window is open from 9 on: read only where it changed)
     # (and the topic rows written: none (a PartitionChange reads no topic); none; t2's closed one and t1's; every
     # live topic's)
     # and the types of the records replayed: only their typed tables are read
     change, config_record = "PARTITION_CHANGE_RECORD", "CONFIG_RECORD"
     t0_0 = TopicsRead(partitions=frozenset({(t0, 0)}))
     for end, named, written, read, types in [
-            (11, t0_0, 2, t0_0, {change, config_record}), (12, TopicsRead(), 0, t0_0, {config_record}),
+            (11, t0_0, 2, t0_0, {change, config_record}), (12, TopicsRead(), 0, TopicsRead(), {config_record}),
             (14, TopicsRead(frozenset({t1, t2})), 4,
-             TopicsRead(partitions=frozenset({(t0, 0), (t1, 0), (t1, 1), (t2, 0), (t2, 1)})),
+             TopicsRead(partitions=frozenset({(t1, 0), (t1, 1), (t2, 0), (t2, 1)})),
              {"REMOVE_TOPIC_RECORD", "TOPIC_RECORD"}),
             (1 << 40, None, 2, TopicsRead(frozenset({t0})), {"CLEAR_ELR_RECORD", config_record})]:
         ingest(spark, [str(copy_upto(source, inputs, end))], config)
@@ -375,9 +376,9 @@ def test_going_on_replays_and_analyses_only_the_partitions_named_since(spark: An
 def test_a_changed_min_insync_replicas_reads_only_the_partitions_it_can_apply_to(spark: Any, tmp_path: Path) -> None:
     """Three topics of one partition each, all in sync, led by brokers 1, 2 and 3. Each hour changes one config: a
     topic's min.insync.replicas (that topic is read whole), broker 3's (the partition it leads; under it from
-    there on, its window stays open), a topic's retention.ms (no partition config: only the open window's
-    partition), the cluster default (every topic). No partition is born, so ``topic_lifecycle`` is never rewritten.
-    Every step ends equal to a build from scratch and to the windows evaluated point by point."""
+    there on, its window stays open), a topic's retention.ms (no partition config: no partition, the open window
+    carried forward from its row), the cluster default (every topic). No partition is born, so ``topic_lifecycle``
+    is never rewritten. Every step ends equal to a build from scratch and to the windows evaluated point by point."""
     ta, tb, tc = uid(701), uid(702), uid(703)
 
     def mir(rtype: int, name: str, value: str, key: str = "min.insync.replicas") -> tuple[Any, ...]:
@@ -391,7 +392,7 @@ def test_a_changed_min_insync_replicas_reads_only_the_partitions_it_can_apply_to
     log += [mir(2, "b", "2"), mir(4, "3", "4"), mir(2, "a", "1", "retention.ms"), mir(4, "", "1")]  # 6-9
     source, inputs, wh, config, scratch = built_upto(spark, tmp_path, log, 6)
     c0 = TopicsRead(partitions=frozenset({(tc, 0)}))
-    for end, read in [(7, TopicsRead(frozenset({tb}))), (8, c0), (9, c0), (1 << 40, None)]:
+    for end, read in [(7, TopicsRead(frozenset({tb}))), (8, c0), (9, TopicsRead()), (1 << 40, None)]:
         ingest(spark, [str(copy_upto(source, inputs, end))], config)
         assert reconstruct(spark, config).resumed == 1, end
         store = store_for(spark, config)
@@ -406,14 +407,15 @@ def test_a_changed_min_insync_replicas_reads_only_the_partitions_it_can_apply_to
     scratch.check(spark)
 
 
-def test_a_window_open_long_ago_leaves_the_other_partitions_read_from_the_resume_offset(spark: Any,
-                                                                                      tmp_path: Path) -> None:
+def test_a_window_open_long_ago_goes_on_from_its_row_reading_only_what_the_hour_touched(spark: Any,
+                                                                                        tmp_path: Path) -> None:
     """A topic of two partitions; one falls out of sync early (under-replicated and under min.insync.replicas 2 from
     there on: its windows stay open, as while a broker is down for weeks), the other changes leader ten times. The
-    hour after (a leader change, and a partition added to the topic: the topic read whole) reads the open
-    windows' partition from where they began, the others from the resume offset only: not the ten versions since
-    the windows opened. ``topic_lifecycle`` still counts the two partitions the topic had before the third. Each
-    step ends equal to a build from scratch."""
+    hour after reads only the versions of the partition that changed, from the resume offset: the open windows go on
+    from their rows (``Inputs.opened``), not from the versions since they opened. The hour after that (a leader
+    change, and a partition added to the topic: the topic read whole) reads the open windows' partition from the
+    resume offset too. ``topic_lifecycle`` still counts the two partitions the topic had before the third. Each step
+    ends equal to a build from scratch, the windows still open and of the same start, least ISR and config."""
     t0 = uid(801)
 
     def partition(p: int) -> tuple[Any, ...]:
@@ -436,18 +438,55 @@ def test_a_window_open_long_ago_leaves_the_other_partitions_read_from_the_resume
         assert reconstruct(spark, config).resumed == 1, end
         store = store_for(spark, config)
         plan = plan_events(store, None, False)
-        assert plan.floors == {"c": {(t0, 0): 4}}, end
+        assert plan.going_on["c"].floor == 4, end  # (the windows opened at 4)
         read = partition_inputs(store, plan).history("partitions")
         versions = sorted((r["partition_id"], r["valid_from_offset"]) for r in read.collect())
-        # t0-0: the version its windows began in, and the one before (the windows' start is told from it); t0-1:
-        # the version holding at the resume offset and those begun since; t0-2: born
-        assert versions == ([(0, 1), (0, 4), (1, 2), *((1, k) for k in range(5, 15))] if end == 15
-                            else [(0, 1), (0, 4), (1, 14), (1, 15), (2, 16)]), end
+        # t0-0: nothing at first (its windows go on from their rows), then, its topic read whole, the version holding
+        # at the resume offset; t0-1: the version holding at the resume offset and those begun since; t0-2: born
+        assert versions == ([(1, 2), *((1, k) for k in range(5, 15))] if end == 15
+                            else [(0, 4), (1, 14), (1, 15), (2, 16)]), end
         analyze(spark, config)
+        # (partition, from, to, min.insync.replicas, least ISR size): still open, as it began
+        assert [(w[3], w[4], w[6], w[8], w[10]) for w in under_min_isr_rows(wh)] == [(0, 4, None, 2, 1)], end
         scratch.step(inputs, wh)
     lifecycle = [(r["event"], r["partitions_before"], r["partitions_after"])
                  for r in DeltaTable(str(wh / "topic_lifecycle")).to_pyarrow_table().to_pylist()]
     assert ("partitions_added", 2, 3) in lifecycle
+    scratch.check(spark)
+
+
+def test_a_window_an_analysis_ended_before_it_stopped_short_of_its_state_row_keeps_its_start(spark: Any,
+                                                                                             tmp_path: Path) -> None:
+    """An analysis writes its tables (a window open at its resume offset ends in them), then stops before its
+    ``analyze_state`` row: the next one goes on from the state before, so it replaces that window, and rebuilds it
+    from its row as written (it began before the resume offset), not from the versions read from there: the window
+    keeps its start, and every table equals a build from scratch."""
+    t0 = uid(802)
+
+    def change(**fields: Any) -> tuple[Any, ...]:
+        return "meta", "PARTITION_CHANGE_RECORD", 0, {"topic_id": t0, "partition_id": 0, **fields}
+
+    noop = ("meta", "NO_OP_RECORD", 0, {})
+    log = [("meta", "TOPIC_RECORD", 0, {"topic_id": t0, "name": "t0"}),  # 0
+           ("meta", "PARTITION_RECORD", 0, {"topic_id": t0, "partition_id": 0, "replicas": [1, 2, 3],
+                                            "isr": [1, 2, 3], "removing_replicas": [], "adding_replicas": [],
+                                            "leader": 1, "leader_epoch": 0, "partition_epoch": 0}),  # 1
+           ("meta", "CONFIG_RECORD", 0, {"resource_type": 4, "resource_name": "", "name": "min.insync.replicas",
+                                         "value": "2"}),  # 2
+           change(isr=[1, 2]), change(isr=[1]), noop,  # 3: under-replicated from here; 4: under min ISR too
+           change(isr=[1, 2, 3]), noop, change(leader=2), noop]  # 6: in sync again
+    source, inputs, wh, _, scratch = built_upto(spark, tmp_path, log, 5)
+    state = wh / "analyze_state"
+    shutil.copytree(state, tmp_path / "state-5")
+    land_build_analyze(spark, copy_upto(source, inputs, 8), wh)  # the windows end at 6
+    shutil.rmtree(state)
+    shutil.copytree(tmp_path / "state-5", state)  # as if that analysis stopped before its state row
+    _, events = land_build_analyze(spark, copy_upto(source, inputs, 10), wh)
+    assert events.plan.going_on["c"].resume == 5, events.line()
+    windows = {name: [(r["from_offset"], r["to_offset"]) for r in DeltaTable(str(wh / name)).to_pyarrow_table()
+                      .to_pylist()] for name in ("under_replicated", "under_min_isr")}
+    assert windows == {"under_replicated": [(3, 6)], "under_min_isr": [(4, 6)]}
+    scratch.step(inputs, wh)
     scratch.check(spark)
 
 
@@ -588,9 +627,8 @@ def test_spark_and_delta_rs_read_the_rows_analyze_replaces_alike(spark: Any, tmp
     }
     scopes: dict[str, Scope | None] = {kind: plan.rows(_of_kind(kind)) for kind in expected}
     # the versions POINT and WINDOW tables read (the frame's columns named as a history's)
-    since = {c: cut.since for c, cut in going.items()}
-    scopes["versions"] = plan.versions(POINT)
-    expected["versions"] = {r for r in rows if r[0] == "r" or (r[0] in going and (r[2] is None or r[2] >= since[r[0]]))}
+    scopes["versions"] = plan.versions(POINT)  # (from the resume offset, whatever window is open: ``Inputs.opened``)
+    expected["versions"] = {r for r in rows if r[0] == "r" or (r[0] in going and later(r[0], r[2], True))}
     # the versions begun or ended since the cuts (``changed_kinds``): two columns, no open rows
     scopes["changed"] = Scope.of([], {c: cut.resume for c, cut in going.items()}, "valid_from_offset",
                                  "valid_to_offset")

@@ -5,7 +5,8 @@ Every function reads an ``Inputs`` (the history tables by entity kind, the lande
 Consecutive versions of one entity are paired with ``with_previous`` (the previous version counts only
 when this one replaced it, not after a deletion), or, for partitions, by what each version carries of the
 one it replaced (``replaced``); windows (under-replicated partitions, fenced periods, reassignments) are
-islands of consecutive versions (``islands``).
+islands of consecutive versions (``islands``). Incrementally, a partition's window still open at the last analysis
+goes on from its row as then built (``Inputs.opened``, ``open_windows``), not from the versions since it began.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ class Inputs:
     # (None: not known). ``log_records`` reads only rows of that run or later, so Parquet skips the row groups older
     # runs wrote (each holds one run's rows), not only the rows before the cuts, which it reads to drop
     landed_by: Callable[[Scope], str | None] | None = None
+    # in an incremental analysis, the rows of a ``WINDOW`` table (by name) of the clusters going on that began before
+    # the resume offset and were open there, as the last analysis left them: each stands for the versions of its
+    # window begun before that offset, which are not read (``open_windows``)
+    opened: Callable[[str], DataFrame] | None = None
 
     def shared(self, name: str, frame: DataFrame) -> DataFrame:
         """``frame``, which several builders build alike from these inputs, or one reads more than once: where the
@@ -191,6 +196,26 @@ def islands(df: DataFrame, keys: list[str], flag: Column, replaced: Column | Non
             .filter("_flag"))
 
 
+def open_windows(inputs: Inputs, name: str, rows: DataFrame, at: str, columns: Mapping[str, Column],
+                 ties: bool = True) -> DataFrame:
+    """``rows`` (of partitions, ordered by column ``at`` into the islands of table ``name``'s windows) with, in an
+    incremental analysis, one row per window open at the resume offset (``Inputs.opened``): its ``columns`` (the
+    others null) made from the window's row, at its start (``from_offset``), with what its versions read before gave
+    the window's columns (the least ISR size, what held at its start). The versions read are those holding at the
+    resume offset or later, so the row stands for those its window began with, before: the window goes on from it
+    and is rebuilt equal to a window built from every version, while a window open for weeks reads only the hour.
+    Where a row read begins at the window's start (its first version still held), the window's row is left out
+    (``ties``: rows read can begin before the resume offset; points, all at it or later, cannot)."""
+    if inputs.opened is None:
+        return rows
+    types = rows.schema
+    opened = inputs.opened(name).select(*PARTITION, F.col("from_offset").alias(at), *(
+        e.cast(types[c].dataType).alias(c) for c, e in columns.items()))
+    if ties:
+        opened = opened.join(rows.select(*PARTITION, at), [*PARTITION, at], "left_anti")
+    return rows.unionByName(opened, allowMissingColumns=True)
+
+
 def window_columns(inputs: Inputs, grouped: DataFrame) -> DataFrame:
     """``from_*``, ``to_*``, ``seconds``, ``open`` from ``_from``/``_from_time``/``_to``/``_to_time`` columns."""
     return (grouped.join(inputs.ends, "cluster_id", "left")
@@ -310,6 +335,9 @@ def under_replicated(inputs: Inputs) -> DataFrame:
     p = partition_versions(inputs).select(
         *PARTITION, "topic_name", "valid_from_offset", "valid_from", "valid_to_offset", "valid_to",
         F.size("isr").alias("_isr"), F.size("replicas").alias("_replicas"), F.col("_prev").isNotNull().alias("_r"))
+    p = open_windows(inputs, "under_replicated", p, "valid_from_offset", {
+        "topic_name": F.col("topic_name"), "valid_from": F.col("from_time"), "_isr": F.col("min_isr_size"),
+        "_replicas": F.col("replicas_count"), "_r": F.lit(False)})
     flagged = islands(p, PARTITION, F.col("_isr") < F.col("_replicas"), F.col("_r"))
     out = _partition_windows(inputs, flagged, [
         F.min("_isr").alias("min_isr_size"), F.min_by("_replicas", "valid_from_offset").alias("replicas_count")])
@@ -406,6 +434,9 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
         "_source", F.when(F.col("_topic_v").isNotNull(), "topic").when(F.col("_broker_v").isNotNull(), "broker")
         .when(F.col("_cluster_v").isNotNull(), "cluster_default").otherwise("kafka_default"))
     j = j.withColumn("_flag", F.col("_s").isNotNull() & (F.col("_isr") < F.col("_mir")))
+    j = open_windows(inputs, "under_min_isr", j, "at", {
+        "at_time": F.col("from_time"), "_name": F.col("topic_name"), "_isr": F.col("min_isr_size"),
+        "_mir": F.col("min_insync_replicas"), "_source": F.col("config_source"), "_flag": F.lit(True)}, ties=False)
     backwards = Window.partitionBy(*PARTITION).orderBy(F.col("at").desc())
     j = (j.withColumn("_start", F.col("_flag") & ~F.coalesce(F.lag("_flag").over(w), F.lit(False)))
          .withColumn("_island", F.sum(F.col("_start").cast("int")).over(w.rowsBetween(*RUNNING)))
@@ -423,23 +454,28 @@ def reassignments(inputs: Inputs) -> DataFrame:
     """Reassignment episodes: consecutive versions with adding or removing replicas, and how they ended."""
     moving = (F.size("adding_replicas") + F.size("removing_replicas")) > 0
     parts = inputs.history("partitions")  # (the versions of the few partitions that move are ordered, not all)
-    p = replaced(of_partitions_in(parts, parts.filter(moving)), "partitions")
+    p = replaced(of_partitions_in(parts, parts.filter(moving)), "partitions").select(
+        *PARTITION, "topic_name", "valid_from_offset", "valid_from", "valid_to_offset", "valid_to", "ended_by",
+        "replicas", "adding_replicas", "removing_replicas", F.col("_prev").isNotNull().alias("_r"),
+        F.filter("replicas", lambda r: ~F.array_contains("adding_replicas", r)).alias("original_replicas"),
+        F.filter("replicas", lambda r: ~F.array_contains("removing_replicas", r)).alias("target_replicas"))
+    p = open_windows(inputs, "reassignments", p, "valid_from_offset", {
+        c: F.col(c) for c in ("topic_name", "adding_replicas", "removing_replicas", "original_replicas",
+                              "target_replicas")} | {"valid_from": F.col("from_time"), "_r": F.lit(False)})
     w = Window.partitionBy(*PARTITION).orderBy("valid_from_offset")
     p = p.withColumn("_next_replicas", F.lead("replicas").over(w))
-    flagged = islands(p, PARTITION, moving)
+    flagged = islands(p, PARTITION, moving, F.col("_r"))
     start = "valid_from_offset"
     grouped = flagged.groupBy(*PARTITION, "_island").agg(
         F.first("topic_name").alias("topic_name"), F.min(start).alias("_from"), F.min("valid_from").alias("_from_time"),
         F.max_by("valid_to_offset", start).alias("_to"), F.max_by("valid_to", start).alias("_to_time"),
         F.max_by("ended_by", start).alias("_ended_by"), F.max_by("_next_replicas", start).alias("final_replicas"),
-        F.min_by("replicas", start).alias("_replicas"), F.min_by("adding_replicas", start).alias("adding_replicas"),
-        F.min_by("removing_replicas", start).alias("removing_replicas"))
-    original = F.filter("_replicas", lambda r: ~F.array_contains("adding_replicas", r))
-    target = F.filter("_replicas", lambda r: ~F.array_contains("removing_replicas", r))
+        *(F.min_by(c, start).alias(c) for c in ("adding_replicas", "removing_replicas", "original_replicas",
+                                                 "target_replicas")))
     status = (F.when(F.col("_to").isNull(), "open").when(F.col("_ended_by") == "delete", "deleted")
-              .when(F.array_sort("final_replicas") == F.array_sort(target), "completed").otherwise("cancelled"))
-    out = window_columns(inputs, grouped.withColumn("original_replicas", original)
-                         .withColumn("target_replicas", target).withColumn("status", status))
+              .when(F.array_sort("final_replicas") == F.array_sort("target_replicas"), "completed")
+              .otherwise("cancelled"))
+    out = window_columns(inputs, grouped.withColumn("status", status))
     return select_table(out, "reassignments")
 
 

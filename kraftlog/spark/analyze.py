@@ -9,11 +9,11 @@ the cluster had. The next run compares each cluster with that row and the curren
   offset ``R`` was final then and still is, so every event before ``R`` still stands. Each table is kept
   up to date by its kind (``kraftlog.analytics.definitions``): ``POINT`` tables rebuild their rows at
   ``log_offset >= R`` from the versions holding at ``R`` or later; ``WINDOW`` tables rebuild the windows
-  open or ending at ``R`` or later, from the versions holding at the earliest such window's start;
-  ``CLUSTER`` tables rebuild the cluster's rows. Of the partitions, ``POINT`` and ``WINDOW`` tables read only
-  those with a version begun or ended at ``R`` or later, or a window still open (``partition_topics``), and
-  each from ``R`` on, or from where its own earliest open window began (``VersionCuts``): an hour's cost follows
-  the partitions it touched, not how long ago a window opened elsewhere. The tables of the landed log itself
+  open or ending at ``R`` or later from the same versions, each window open at ``R`` going on from its row as
+  built then (``Inputs.opened``: it stands for the window's versions before); ``CLUSTER`` tables rebuild the
+  cluster's rows. Of the partitions, ``POINT`` and ``WINDOW`` tables read only those with a version begun or ended
+  at ``R`` or later (``partition_topics``), each from ``R`` on: an hour's cost follows the partitions it touched,
+  not how long ago a window opened, there or elsewhere. The tables of the landed log itself
   go on from what landed since (``kraftlog.spark.landed``): ``HOURS`` tables rebuild the hours from the
   earliest one a row landed since falls in, ``LOG`` tables the gaps after the last offset landed before the
   earliest record landed since, ``EPOCHS`` tables the epoch holding that offset and later ones
@@ -69,7 +69,6 @@ from kraftlog.spark.history import built_clusters, landed, read_histories
 from kraftlog.spark.landed import Landed, Mark, landed_after, landed_since, landing_runs, ledger_marks, log_ends
 from kraftlog.spark.predicates import (
     Scope,
-    VersionCuts,
     cluster_predicate,
     named_topics,
     of_clusters,
@@ -88,15 +87,11 @@ log = logging.getLogger("kraftlog")
 @dataclass(frozen=True)
 class Cut:
     """Where a cluster's events go on: ``resume`` (every event before it stands) and ``floor`` (where the
-    earliest window open at ``resume`` began; None: no window was open)."""
+    earliest window open at ``resume`` began; None: no window was open). An open window goes on from its row as
+    built then (``Inputs.opened``): the versions read are those holding at ``resume`` or later, whatever ``floor``."""
 
     resume: int
     floor: int | None = None
-
-    @property
-    def since(self) -> int:
-        """The offset from which the versions that can change an event or an open window still hold."""
-        return self.resume if self.floor is None else min(self.resume, self.floor)
 
 
 # the column a table's rows are cut by, per kind (``CLUSTER`` tables are not cut), where the table has no
@@ -131,8 +126,6 @@ class EventPlan:
     # per cluster going on, the partitions the partition events read (``partition_topics``; None: all)
     topics: dict[str, TopicsRead | None] = field(default_factory=dict)
     births: set[str] = field(default_factory=set)  # of those, the clusters with a partition born since (likewise)
-    # of those, per partition with a window open, where its earliest open window began (likewise)
-    floors: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
     interpreted: bool = False  # the run's expressions were interpreted (``kraftlog.spark.session.interpreted``)
 
     @property
@@ -155,10 +148,10 @@ class EventPlan:
 
     def since(self, increment: str) -> dict[str, Any]:
         """Per cluster going on, where a table of kind ``increment`` begins to read: for ``POINT`` and ``WINDOW``, the
-        offset from which its versions hold (where the earliest window open at the resume offset began; ``POINT``
-        tables need less, and read the same rows); for ``LOG``, the last landed offset before the first record
-        landed since (or before the gap it falls in); for ``EPOCHS``, the last offset of the epoch before the one
-        holding that offset; for ``HOURS``, the earliest hour a row landed since falls in."""
+        resume offset (the versions holding there or later; a window open there goes on from its row: ``opened``);
+        for ``LOG``, the last landed offset before the first record landed since (or before the gap it falls in);
+        for ``EPOCHS``, the last offset of the epoch before the one holding that offset; for ``HOURS``, the earliest
+        hour a row landed since falls in."""
         if increment == CLUSTER:
             return {}
         if increment == LOG:
@@ -167,7 +160,7 @@ class EventPlan:
             return dict(self.epochs_after)
         if increment == HOURS:
             return {c: got.hour for c, got in self.landed.items() if got.hour is not None}
-        return {c: cut.since for c, cut in self.going_on.items()}
+        return {c: cut.resume for c, cut in self.going_on.items()}
 
     def rows(self, table: TableDef) -> Scope | None:
         """The rows of ``table`` this run replaces (None: all of them): from its cut on, by its kind of increment,
@@ -197,12 +190,6 @@ class EventPlan:
             return None
         return (Scope.of([], {c: end + 1 for c, end in folded.items()}, "log_offset"),
                 Scope.of([], {c: since[c] for c in folded}, _FOLDED[increment]))
-
-    @property
-    def cuts(self) -> VersionCuts:
-        """Where ``POINT`` and ``WINDOW`` tables read each partition's versions from (``VersionCuts``): the resume
-        offset, or the start of its earliest open window."""
-        return VersionCuts({c: cut.resume for c, cut in self.going_on.items()}, self.floors)
 
     def versions(self, increment: str) -> Scope | None:
         """The history rows a table of kind ``increment`` is built from (None: all of them)."""
@@ -293,26 +280,24 @@ def plan_events(store: TableStore, clusters: list[str] | None, anew: bool, last:
         gaps = pool.submit(gaps_after, store, plan.landed, plan.log_ends)
         folded = pool.submit(folds, store, plan.landed, plan.log_ends)
         plan.epochs_after = epochs_after(store, plan.landed, plan.log_ends)
-        (plan.topics, plan.births, plan.floors), plan.gaps_after, plan.folded = (topics.result(), gaps.result(),
-                                                                                 folded.result())
+        (plan.topics, plan.births), plan.gaps_after, plan.folded = topics.result(), gaps.result(), folded.result()
     return plan
 
 
-def partition_topics(store: TableStore, resume: dict[str, int]
-                     ) -> tuple[dict[str, TopicsRead | None], set[str], dict[str, dict[tuple[str, int], int]]]:
+def partition_topics(store: TableStore, resume: dict[str, int]) -> tuple[dict[str, TopicsRead | None], set[str]]:
     """Per cluster going on (from its resume offset), the partitions its partition events read (None: every topic's,
-    or more than ``TOPICS_NAMED``); the clusters with a partition born since; and per cluster, the partitions with a
-    window still open, each with where the earliest began (``VersionCuts.floors``). A partition's events from the
+    or more than ``TOPICS_NAMED``), and the clusters with a partition born since. A partition's events from the
     resume offset on (``POINT``) come from its versions begun or ended there or later, and its windows (``WINDOW``)
-    rebuilt are those open then or ending later: so the partitions with such a version or with a window still open,
-    and those a config that applies to partitions (``PARTITION_CONFIGS``) changed since can apply to
-    (``config_reads``). A topic a partition was born in since is read whole: ``topic_lifecycle`` counts the
-    partitions it had before (and is rebuilt only where one was born, or a topic changed: ``CHANGED_BY``)."""
+    rebuilt are those open then (going on from their rows: ``Inputs.opened``) or begun later: so the partitions
+    with such a version, and those a config that applies to partitions (``PARTITION_CONFIGS``) changed since can
+    apply to (``config_reads``); a window open on a partition nothing touched since is only carried forward. A
+    topic a partition was born in since is read whole: ``topic_lifecycle`` counts the partitions it had before (and
+    is rebuilt only where one was born, or a topic changed: ``CHANGED_BY``)."""
     if not resume:
-        return {}, set(), {}
+        return {}, set()
     kinds = history_tables()
     since = Scope.of([], resume, "valid_from_offset", "valid_to_offset")
-    every, none, no_floor = _every_topic(), _whole_topic(), F.lit(None).cast("long").alias("floor")
+    none = _whole_topic()
     keys = ["cluster_id", "topic_id", "partition_id"]
     versions = since.select(store.read(kinds["partitions"])).select(*keys, "valid_from_offset", "valid_to_offset",
                                                                      "ended_by")
@@ -321,24 +306,15 @@ def partition_topics(store: TableStore, resume: dict[str, int]
         *keys, F.col("valid_to_offset").alias("valid_from_offset"))
     born = (Scope.of([], resume, "valid_from_offset").select(versions)
             .join(into, [*keys, "valid_from_offset"], "left_anti")
-            .select("cluster_id", "topic_id", none, no_floor, F.lit(True).alias("born")))  # (null: the topic whole)
-    named = [df.select("*", no_floor) for df in [versions.select(*keys), *config_reads(store, since)]]
-    for t in event_tables().values():
-        if increment_of(t) == WINDOW:  # (a window of no partition: every topic, read from the cluster's floor)
-            opened = store.read(t).filter(F.col("to_offset").isNull() & of_clusters(list(resume)))
-            named.append(opened.groupBy(*keys).agg(F.min("from_offset").alias("floor"))
-                         if "partition_id" in t.schema.names else opened.select("cluster_id", every, none, no_floor))
+            .select("cluster_id", "topic_id", none, F.lit(True).alias("born")))  # (null: the topic whole)
+    named = [versions.select(*keys), *config_reads(store, since)]
     found: dict[str, list[tuple[str, int | None]] | None] = {c: [] for c in resume}
-    floors: dict[str, dict[tuple[str, int], int]] = {c: {} for c in resume}
     births = set()
     for r in functools.reduce(DataFrame.unionByName, [born, *(df.withColumn("born", F.lit(False)) for df in named)]
                               ).distinct().collect():
         c = r["cluster_id"]
         if r["born"]:
             births.add(c)
-        if r["floor"] is not None:
-            at = (r["topic_id"], r["partition_id"])
-            floors[c][at] = min(r["floor"], floors[c].get(at, r["floor"]))
         rows = found[c]
         if r["topic_id"] is None:
             found[c] = None  # every topic
@@ -346,7 +322,7 @@ def partition_topics(store: TableStore, resume: dict[str, int]
             rows.append((r["topic_id"], r["partition_id"]))
     return {c: None if rows is None else named_topics(TopicsRead.of(
         [t for t, p in rows if p is None], [(t, p) for t, p in rows if p is not None])) for c, rows in found.items()
-            }, births, {c: f for c, f in floors.items() if f}
+            }, births
 
 
 def _every_topic() -> Column:
@@ -446,12 +422,11 @@ def folds(store: TableStore, got: dict[str, Landed], ends: dict[str, int | None]
 def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope | None = None,
            read: Inputs | None = None, since: Scope | None = None,
            topics: Mapping[str, TopicsRead | None] | None = None,
-           landed_by: Callable[[Scope], str | None] | None = None, cuts: VersionCuts | None = None) -> Inputs:
+           landed_by: Callable[[Scope], str | None] | None = None) -> Inputs:
     """The histories, landed tables and replay ranges of a store: only ``clusters`` if given, and only the
     history rows in ``versions`` if given; ``since``: what the builders read of those clusters (``Inputs.since``);
-    ``topics``: per cluster, the only partitions read (None: every topic's), and ``cuts``, from where their versions
-    are read (``VersionCuts``); ``landed_by``: ``Inputs.landed_by``. ``read``: the store's tables already read
-    (``inputs()``)."""
+    ``topics``: per cluster, the only partitions read (None: every topic's); ``landed_by``: ``Inputs.landed_by``.
+    ``read``: the store's tables already read (``inputs()``)."""
     if read is None:
         read = Inputs(read_histories(store), functools.cache(landed(store)), store.read(replay_ranges_table()))
     source, histories, ranges = read.table, read.histories, read.ranges
@@ -463,7 +438,7 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope
 
     def rows(kind: str, df: DataFrame) -> DataFrame:
         df = only(df) if versions is None else versions.select(df)
-        return only_topics(df, topics or {}, cuts) if kind == "partitions" else df
+        return only_topics(df, topics or {}) if kind == "partitions" else df
 
     return Inputs(_Made(lambda k: rows(k, histories[k]), histories), lambda name: only(source(name)), only(ranges),
                   since, _Made(lambda k: only(histories[k]), histories), landed_by=landed_by)
@@ -604,10 +579,24 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
 def partition_inputs(store: TableStore, plan: EventPlan, every: Inputs | None = None,
                      runs: Callable[[Scope], str | None] | None = None) -> Inputs:
     """What ``POINT`` and ``WINDOW`` tables read (alike): of the clusters going on, the versions from where each can
-    still change an event (``EventPlan.versions``), of only the partitions ``partition_topics`` found, each from its
-    cut (``EventPlan.cuts``); ``every``: the store's tables as read (``inputs()``); ``runs``: ``landing_runs``."""
-    return inputs(store, None if plan.everything else plan.clusters, plan.versions(POINT), every, plan.reads(POINT),
-                  plan.topics, runs, plan.cuts)
+    still change an event (``EventPlan.versions``), of only the partitions ``partition_topics`` found, and the
+    windows their last analysis left open (``Inputs.opened``); ``every``: the store's tables as read (``inputs()``);
+    ``runs``: ``landing_runs``."""
+    x = inputs(store, None if plan.everything else plan.clusters, plan.versions(POINT), every, plan.reads(POINT),
+               plan.topics, runs)
+    resume = {c: cut.resume for c, cut in plan.going_on.items()}
+    return dataclasses.replace(x, opened=_opened(store, resume)) if resume else x
+
+
+def _opened(store: TableStore, resume: dict[str, int]) -> Callable[[str], DataFrame]:
+    """Per cluster going on from offset ``resume``, the rows of a ``WINDOW`` table (by name) this run replaces
+    (``EventPlan.rows``) that began before it, as the store holds them now (``Inputs.opened``; its frames are
+    computed before its commits): the windows open then, and any an analysis that stopped before its
+    ``analyze_state`` row (its tables written, the state still the one before) ended since."""
+    replaced = Scope.of([], resume, "to_offset", open=True)
+    cuts = F.broadcast(replaced.cuts(store.spark, "_resume"))
+    return lambda name: (replaced.select(store.read(event_tables()[name])).join(cuts, "cluster_id")
+                         .filter(F.col("from_offset") < F.col("_resume")).drop("_resume"))
 
 
 def empty_kinds(store: TableStore, clusters: list[str] | None) -> set[str]:

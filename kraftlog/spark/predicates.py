@@ -74,49 +74,20 @@ def named_topics(read: TopicsRead | None) -> TopicsRead | None:
     return whole if len(whole.topics) <= TOPICS_NAMED else None
 
 
-@dataclass(frozen=True)
-class VersionCuts:
-    """Where an incremental analysis reads each partition's versions from (``only_topics``), per cluster going on:
-    its ``resume`` offset (the versions holding from there on give every event from there on), or for a partition
-    with a window still open, where the earliest of its open windows began (``floors``): that window is rebuilt
-    from its start. A window open on one partition (a broker down for weeks) so leaves the other partitions read
-    from the resume offset, not from where that window began."""
-
-    resume: Mapping[str, int]
-    floors: Mapping[str, Mapping[tuple[str, int], int]]
-
-    def keys(self, cluster: str, read: TopicsRead) -> list[tuple[str, str, int | None, int | None]]:
-        """``read``'s topics and partitions in ``cluster`` (``cluster_id``, ``topic_id``, ``partition_id`` or None
-        for the topic whole) each with the offset its versions are read from (None: every version read), and the
-        partitions with a floor of their own (those of the topics read whole too)."""
-        resume = self.resume.get(cluster)
-        floors = self.floors.get(cluster, {}) if resume is not None else {}
-        out: list[tuple[str, str, int | None, int | None]] = [(cluster, t, None, resume) for t in sorted(read.topics)]
-        out += [(cluster, t, p, floors.get((t, p), resume)) for t, p in sorted(read.partitions)]
-        out += [(cluster, t, p, at) for (t, p), at in sorted(floors.items())
-                if t in read.topics and (t, p) not in read.partitions]
-        return out
-
-
-def only_topics(df: DataFrame, topics: Mapping[str, TopicsRead | None], cuts: VersionCuts | None = None
-                ) -> DataFrame:
+def only_topics(df: DataFrame, topics: Mapping[str, TopicsRead | None]) -> DataFrame:
     """The rows of ``df`` (topics, with ``topic_id``, or partitions, with ``partition_id`` too) of only what ``topics``
-    holds of them (``TopicsRead.of_kind``) in the clusters it names so, every row of the others (None: every topic);
-    ``cuts``: of the partitions' versions (``valid_to_offset``), only those holding from where ``cuts`` reads each
-    from."""
+    holds of them (``TopicsRead.of_kind``) in the clusters it names so, every row of the others (None: every topic)."""
     named = {c: read for c, read in topics.items() if read is not None}
     if not named:
         return df
     spark = df.sparkSession
     kind = "partitions" if "partition_id" in df.columns else "topics"
-    cut = VersionCuts({}, {}) if cuts is None or kind != "partitions" else cuts
-    keys = local_frame(spark, [key for c, read in named.items() for key in cut.keys(c, read.of_kind(kind))],
-                       "_k_cluster string, _k_topic string, _k_partition int, _k_from long")
+    keys = local_frame(spark, [(c, t, p) for c, read in named.items() for of in [read.of_kind(kind)]
+                               for t, p in [*((t, None) for t in sorted(of.topics)), *sorted(of.partitions)]],
+                       "_k_cluster string, _k_topic string, _k_partition int")
     hit = (F.col("cluster_id") == F.col("_k_cluster")) & (F.col("topic_id") == F.col("_k_topic"))
     if kind == "partitions":
         hit &= F.col("_k_partition").isNull() | (F.col("partition_id") == F.col("_k_partition"))
-        hit &= F.col("_k_from").isNull() | F.col("valid_to_offset").isNull() | (
-            F.col("valid_to_offset") >= F.col("_k_from"))
     # the other clusters' rows by a filter, not an anti join: Parquet skips the row groups of a named cluster alone
     # (a history's files are each of one cluster), where a join reads them all to drop them
     return df.filter(~of_clusters(list(named))).unionByName(df.join(F.broadcast(keys), hit, "left_semi"))
