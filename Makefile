@@ -18,9 +18,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## the test suite, corpus-wide (slow) checks included: its files shared out over TEST_WORKERS processes, each
-## with its own SparkSession (pytest-xdist; TEST_WORKERS=0 runs them all in this one)
+## with its own SparkSession (pytest-xdist; TEST_WORKERS=0 runs them all in this one), the longest files first
+## (tests/conftest.py RUN_FIRST)
 TEST_WORKERS ?= 2
-PYTEST_SHARED := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+PYTEST_SHARED := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
 	$(PYTEST_SHARED)
 

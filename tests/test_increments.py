@@ -775,7 +775,8 @@ def test_scopes_cut_at_instants_and_after_run_ids_select_in_spark_and_delta_rs_a
 def test_an_hours_log_records_are_read_from_the_runs_that_landed_them(spark: Any, tmp_path: Path) -> None:
     """The least run that landed a record at or after a cut, found from the ledger alone (``landing_runs``): the
     hour's own run where the cut follows what landed before, the one before where the cut reaches back into it; no
-    bound for a cluster read whole. What the analysis of the hour reads of the log is cut by it."""
+    bound for a cluster read whole. What the analysis of the hour reads of the log is cut by it, also where another
+    cluster is read whole in the same hour."""
     from pyspark.sql import functions as F
 
     inputs, wh = tmp_path / "in", tmp_path / "wh"
@@ -799,6 +800,15 @@ def test_an_hours_log_records_are_read_from_the_runs_that_landed_them(spark: Any
     scans = read._sc._jvm.PythonSQLUtils.explainString(read._jdf.queryExecution(), "formatted")
     assert "GreaterThanOrEqual(run_id," in scans.split("PushedFilters:", 1)[1].split("\n", 1)[0], scans
     assert sorted(arrow_rows(read.toArrow())) == sorted(arrow_rows(records.filter(F.col("log_offset") > end).toArrow()))
+    # with another cluster read whole (rebuilt in the same hour), this one's reads are still bounded by run
+    renamed = records.withColumn("cluster_id", F.lit("other"))
+    both = records.unionByName(renamed)
+    read = Inputs({}, lambda name: both, records, Scope.of(["other"], {cluster: end + 1}), landed_by=runs
+                  ).log_records()
+    scans = read._sc._jvm.PythonSQLUtils.explainString(read._jdf.queryExecution(), "formatted")
+    assert "GreaterThanOrEqual(run_id," in scans, scans
+    assert sorted(arrow_rows(read.toArrow())) == sorted(arrow_rows(
+        records.filter(F.col("log_offset") > end).unionByName(renamed).toArrow()))
 
 
 def test_the_landed_log_tables_read_only_the_clusters_they_rebuild_rows_of() -> None:

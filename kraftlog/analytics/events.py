@@ -97,10 +97,15 @@ class Inputs:
             self._landed(records, self.folded, "log_offset"))
 
     def _landed(self, records: DataFrame, scope: Scope, by: str) -> DataFrame:
-        """The ``records`` of ``scope`` (cut in column ``by``), of the runs that landed them (``landed_by``)."""
-        rows = scope.on(by).select(records)
-        run = self.landed_by(scope) if self.landed_by is not None and by == "log_offset" else None
-        return rows if run is None else rows.filter(F.col("run_id") >= run)
+        """The ``records`` of ``scope`` (cut in column ``by``); of its clusters cut (not read whole), only those of the
+        runs that landed them (``landed_by``): a cluster read whole in the hour (one rebuilt of a fleet) leaves the
+        others' reads bounded by run."""
+        cut = scope.without(scope.whole)
+        run = self.landed_by(cut) if self.landed_by is not None and by == "log_offset" and not cut.empty else None
+        if run is None:
+            return scope.on(by).select(records)
+        rows = cut.on(by).select(records).filter(F.col("run_id") >= run)
+        return Scope.of(scope.whole, {}).select(records).unionByName(rows) if scope.whole else rows
 
     def fold(self, name: str, rows: DataFrame, keys: list[str], sums: Mapping[str, Column],
              merge: Callable[[DataFrame], DataFrame] | None = None) -> DataFrame:
