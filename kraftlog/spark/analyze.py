@@ -594,8 +594,8 @@ def _opened(store: TableStore, resume: dict[str, int]) -> Callable[[str], DataFr
     computed before its commits): the windows open then, and any an analysis that stopped before its
     ``analyze_state`` row (its tables written, the state still the one before) ended since."""
     replaced = Scope.of([], resume, "to_offset", open=True)
-    cuts = F.broadcast(replaced.cuts(store.spark, "_resume"))
-    return lambda name: (replaced.select(store.read(event_tables()[name])).join(cuts, "cluster_id")
+    built, cuts = _built(store, replaced), F.broadcast(replaced.cuts(store.spark, "_resume"))
+    return lambda name: (built(name).join(cuts, "cluster_id")
                          .filter(F.col("from_offset") < F.col("_resume")).drop("_resume"))
 
 
