@@ -42,6 +42,8 @@ from common import (
     ROOT,
     WorkerMemory,
     copy_corpus,
+    jvm_cpu,
+    jvm_cpu_between,
     local_config,
     profile_toml,
     rss_kb,
@@ -66,17 +68,25 @@ class DriverMemory(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        me = os.getpid()
         while not self.stop.is_set():
-            self.python_kb = max(self.python_kb, rss_kb(me))
-            for d in Path("/proc").iterdir():
-                if d.name.isdigit():
-                    try:
-                        if (d / "stat").read_text().split()[3] == str(me) and b"java" in (d / "cmdline").read_bytes():
-                            self.jvm_kb = max(self.jvm_kb, rss_kb(int(d.name)))
-                    except (OSError, IndexError):
-                        continue
+            self.python_kb = max(self.python_kb, rss_kb(os.getpid()))
+            jvm = driver_jvm()
+            if jvm is not None:
+                self.jvm_kb = max(self.jvm_kb, rss_kb(jvm))
             self.stop.wait(0.2)
+
+
+def driver_jvm() -> int | None:
+    """The process id of this process's Spark JVM (its child running java), if there is one."""
+    me = str(os.getpid())
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if (d / "stat").read_text().split()[3] == me and b"java" in (d / "cmdline").read_bytes():
+                    return int(d.name)
+            except (OSError, IndexError):
+                continue
+    return None
 
 
 def base_offset(segment: Path) -> int:
@@ -153,14 +163,18 @@ def pipeline(spark: Any, config: Any, inputs: Path) -> dict[str, Any]:
     driver = DriverMemory()
     driver.start()
     peaks = []
+    jvm = driver_jvm()
     for step, run in (("ingest", lambda: ingest(spark, [str(inputs)], config)),
                       ("reconstruct", lambda: reconstruct(spark, config)),
                       ("analyze", lambda: analyze(spark, config))):
         workers = WorkerMemory()  # per step: which step's tasks need the memory
         workers.start()
+        cpu = jvm_cpu(jvm) if jvm else None
         t = time.perf_counter()
         run()
         out[f"{step}_seconds"] = round(time.perf_counter() - t, 1)
+        if jvm and cpu:  # what the JVM's CPU went to: on two cores a small step is bound by it
+            out[f"jvm_cpu_{step}"] = {k: round(v, 1) for k, v in jvm_cpu_between(cpu, jvm_cpu(jvm)).items()}
         workers.stop.set()
         workers.join()
         out[f"peak_worker_mb_{step}"] = workers.peak_kb // 1024
@@ -321,6 +335,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"{name:<12} {part:<10} {r['non_noop_records']:>10,} {r['ingest_seconds']:>8} "
                   f"{r['reconstruct_seconds']:>8} {r['analyze_seconds']:>9} {r['records_per_second_per_core']:>10} "
                   f"{r['peak_driver_jvm_mb']:>13} {r['peak_worker_mb']:>9}")
+        inc = results[name]["increment"]
+        if "jvm_cpu_analyze" in inc:
+            cpu = {k: inc["jvm_cpu_reconstruct"][k] + inc["jvm_cpu_analyze"][k] for k in inc["jvm_cpu_analyze"]}
+            print(f"{name}: the increment's reconstruct + analyze, {build_seconds(inc):.1f} s, took "
+                  f"{sum(cpu.values()):.1f} CPU-seconds of the JVM: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
         cold = results[name]["increment_as_scheduled"]
         print(f"{name}: the increment's reconstruct + analyze took {results[name]['increment_build_share']:.1%} "
               f"of the full build's; as scheduled (kraftlog run, a fresh JVM) "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -27,6 +28,45 @@ def rss_kb(pid: int, field: str = "VmRSS") -> int:
     except OSError:
         pass
     return 0
+
+
+# what a JVM's threads do, by the start of their names as Linux keeps them (15 characters)
+JVM_THREADS = {"jit": ("C1 CompilerThre", "C2 CompilerThre"), "tasks": ("Executor task l",),
+               "gc": ("GC Thread", "G1 ")}
+
+
+JvmCpu = tuple[float, dict[str, tuple[str, float]]]
+
+
+def _cpu_seconds(stat: str) -> tuple[str, float]:
+    """The name and CPU seconds (user + system) in a ``/proc`` ``stat`` line."""
+    fields = stat[stat.rindex(")") + 2:].split()
+    return stat[stat.index("(") + 1: stat.rindex(")")], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def jvm_cpu(pid: int) -> JvmCpu:
+    """CPU seconds JVM ``pid`` used so far (Linux ``/proc``): in all (threads that ended included), and per live
+    thread, what it does (``JVM_THREADS``, else ``other``) and its seconds."""
+    threads = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            name, seconds = _cpu_seconds((task / "stat").read_text())
+        except OSError:
+            continue  # (a thread that ended)
+        threads[task.name] = (next((k for k, starts in JVM_THREADS.items() if name.startswith(starts)), "other"),
+                              seconds)
+    return _cpu_seconds(Path(f"/proc/{pid}/stat").read_text())[1], threads
+
+
+def jvm_cpu_between(before: JvmCpu, after: JvmCpu) -> dict[str, float]:
+    """The CPU seconds a JVM used between two ``jvm_cpu`` readings, by what its threads do: the JIT's compilers,
+    Spark's tasks, the garbage collector; ``other`` (the rest: the driver's planning and scheduling, I/O) also holds
+    what threads that ended in between used."""
+    out = dict.fromkeys(JVM_THREADS, 0.0)
+    for tid, (kind, seconds) in after[1].items():
+        if kind in out:
+            out[kind] += seconds - before[1].get(tid, (kind, 0.0))[1]
+    return {**out, "other": after[0] - before[0] - sum(out.values())}
 
 
 class WorkerMemory(threading.Thread):

@@ -109,3 +109,20 @@ def test_the_increment_of_the_benchmarks_is_the_last_hundredth_of_the_log_over_s
         p.relative_to(source) for p in source.rglob("*") if p.is_file())
     for f in files:
         assert (inputs / f.relative_to(source)).read_bytes() == f.read_bytes()
+
+
+def test_the_benchmarks_split_the_jvms_cpu_by_what_its_threads_do(spark: Any) -> None:
+    """``bench_fleet`` reports what a step's JVM CPU went to (the JIT, Spark's tasks, the garbage collector, the
+    rest): a job's tasks are counted as tasks, and the parts add up to the JVM's CPU in between."""
+    from common import JVM_THREADS, jvm_cpu, jvm_cpu_between
+
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    before = jvm_cpu(pid)
+    # (the compilers' threads are there from the start; the collector's are not, with the tests' serial GC)
+    assert {kind for kind, _ in before[1].values()} >= {"jit", "other"}
+    spark.range(0, 10_000_000, numPartitions=2).selectExpr("sum(id * id % 7) AS s").collect()
+    after = jvm_cpu(pid)
+    used = jvm_cpu_between(before, after)
+    assert set(used) == {*JVM_THREADS, "other"} and min(used.values()) >= 0
+    assert used["tasks"] > 0.05
+    assert abs(sum(used.values()) - (after[0] - before[0])) < 1e-6
