@@ -44,6 +44,7 @@ from common import (
     copy_corpus,
     jvm_cpu,
     jvm_cpu_between,
+    jvm_pid,
     local_config,
     profile_toml,
     rss_kb,
@@ -60,33 +61,19 @@ from services import connect_server
 
 
 class DriverMemory(threading.Thread):
-    """Peak resident memory of this process and of its Spark JVM."""
+    """Peak resident memory of this process and of its Spark JVM (process ``jvm``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, jvm: int) -> None:
         super().__init__(daemon=True)
+        self.jvm = jvm
         self.python_kb = self.jvm_kb = 0
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
             self.python_kb = max(self.python_kb, rss_kb(os.getpid()))
-            jvm = driver_jvm()
-            if jvm is not None:
-                self.jvm_kb = max(self.jvm_kb, rss_kb(jvm))
+            self.jvm_kb = max(self.jvm_kb, rss_kb(self.jvm))
             self.stop.wait(0.2)
-
-
-def driver_jvm() -> int | None:
-    """The process id of this process's Spark JVM (its child running java), if there is one."""
-    me = str(os.getpid())
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if (d / "stat").read_text().split()[3] == me and b"java" in (d / "cmdline").read_bytes():
-                    return int(d.name)
-            except (OSError, IndexError):
-                continue
-    return None
 
 
 def base_offset(segment: Path) -> int:
@@ -160,21 +147,21 @@ def pipeline(spark: Any, config: Any, inputs: Path) -> dict[str, Any]:
     from kraftlog.spark.ingest import ingest
 
     out: dict[str, Any] = {}
-    driver = DriverMemory()
+    jvm = jvm_pid(spark)
+    driver = DriverMemory(jvm)
     driver.start()
     peaks = []
-    jvm = driver_jvm()
     for step, run in (("ingest", lambda: ingest(spark, [str(inputs)], config)),
                       ("reconstruct", lambda: reconstruct(spark, config)),
                       ("analyze", lambda: analyze(spark, config))):
         workers = WorkerMemory()  # per step: which step's tasks need the memory
         workers.start()
-        cpu = jvm_cpu(jvm) if jvm else None
+        cpu = jvm_cpu(jvm)
         t = time.perf_counter()
         run()
         out[f"{step}_seconds"] = round(time.perf_counter() - t, 1)
-        if jvm and cpu:  # what the JVM's CPU went to: on two cores a small step is bound by it
-            out[f"jvm_cpu_{step}"] = {k: round(v, 1) for k, v in jvm_cpu_between(cpu, jvm_cpu(jvm)).items()}
+        # what the JVM's CPU went to: on two cores a small step is bound by it
+        out[f"jvm_cpu_{step}"] = {k: round(v, 1) for k, v in jvm_cpu_between(cpu, jvm_cpu(jvm)).items()}
         workers.stop.set()
         workers.join()
         out[f"peak_worker_mb_{step}"] = workers.peak_kb // 1024

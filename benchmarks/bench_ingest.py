@@ -25,6 +25,7 @@ from common import (
     best_of,
     copy_corpus,
     corpus_arguments,
+    jvm_pid,
     local_config,
     rss_kb,
     save_results,
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         config = local_config(args.cores)
         spark = build_session(config)
         spark.range(4).repartition(args.cores).mapInArrow(lambda it: it, "id long").collect()  # start workers
-        jvm_pid = int(spark._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
+        jvm = jvm_pid(spark)
         for name, inputs in (("corpus", args.corpus), (f"corpus x{args.copies}", big)):
             runs = []
             peak_kb = 0
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "records_per_s_per_core": round(r.records_decoded / secs / args.cores),
                 "python_worker_peak_mb": round(peak_kb / 1024),
                 "driver_python_peak_mb": round(rss_kb(os.getpid(), "VmHWM") / 1024),
-                "driver_jvm_peak_mb": round(rss_kb(jvm_pid, "VmHWM") / 1024),
+                "driver_jvm_peak_mb": round(rss_kb(jvm, "VmHWM") / 1024),
                 "files": r.files_ingested, "clean": r.files_clean, "contested": r.files_contested,
                 "phases_s": r.phases,
             }

@@ -30,6 +30,11 @@ def rss_kb(pid: int, field: str = "VmRSS") -> int:
     return 0
 
 
+def jvm_pid(spark: Any) -> int:
+    """The process id of a classic session's JVM (its driver; in local mode, the executors too)."""
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
+
 # what a JVM's threads do, by the start of their names as Linux keeps them (15 characters)
 JVM_THREADS = {"jit": ("C1 CompilerThre", "C2 CompilerThre"), "tasks": ("Executor task l",),
                "gc": ("GC Thread", "G1 ")}

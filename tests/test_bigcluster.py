@@ -114,9 +114,9 @@ def test_the_increment_of_the_benchmarks_is_the_last_hundredth_of_the_log_over_s
 def test_the_benchmarks_split_the_jvms_cpu_by_what_its_threads_do(spark: Any) -> None:
     """``bench_fleet`` reports what a step's JVM CPU went to (the JIT, Spark's tasks, the garbage collector, the
     rest): a job's tasks are counted as tasks, and the parts add up to the JVM's CPU in between."""
-    from common import JVM_THREADS, jvm_cpu, jvm_cpu_between
+    from common import JVM_THREADS, jvm_cpu, jvm_cpu_between, jvm_pid
 
-    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    pid = jvm_pid(spark)
     before = jvm_cpu(pid)
     # (the compilers' threads are there from the start; the collector's are not, with the tests' serial GC)
     assert {kind for kind, _ in before[1].values()} >= {"jit", "other"}
