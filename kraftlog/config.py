@@ -37,7 +37,6 @@ DEFAULTS: dict[str, Any] = {
             "spark.sql.shuffle.partitions": "8",
             "spark.sql.session.timeZone": "UTC",
             "spark.sql.execution.arrow.pyspark.enabled": "true",
-            "spark.sql.execution.arrow.maxBytesPerBatch": "67108864",
             "spark.python.worker.reuse": "true",
             # a scan is planned at its Parquet files' size, which undercounts what it holds in memory: three columns
             # of every log record, planned at 9.8 MiB on the 5M-record benchmark cluster (under the 10 MiB

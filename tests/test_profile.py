@@ -84,3 +84,35 @@ def test_a_narrow_scan_of_a_big_table_is_planned_too_big_to_broadcast(spark: Any
     finally:
         for key, value in before.items():
             spark.conf.set(key, value)
+
+
+def test_a_run_hands_rows_to_python_in_batches_cut_by_rows_alone(spark: Any, tmp_path: Path) -> None:
+    """While a run writes the warehouse (``writing``) its jobs' Arrow batches to Python are cut at
+    ``maxRecordsPerBatch`` rows, with no byte limit (Spark measures the batch after every row to keep one); the
+    session's other queries keep Spark's 64 MiB limit, which a ``kraft_records(content)`` over whole files needs."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from kraftlog.spark.store import store_for, writing
+
+    rows = spark.range(10_000, numPartitions=1).select(F.repeat(F.lit("x"), 8192).alias("s"))  # 80 MiB
+
+    def batches() -> list[int]:
+        def sizes(it: Any) -> Any:  # a row per batch received: its rows
+            for b in it:
+                yield pa.RecordBatch.from_pydict({"n": [b.num_rows]})
+        return [r["n"] for r in rows.mapInArrow(sizes, "n long").collect()]
+
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+    assert spark.conf.get(key, None) is None
+    assert len(batches()) > 1  # (64 MiB)
+    config = Config.load(warehouse={"path": str(tmp_path / "wh")})
+    with writing(store_for(spark, config), config, "run-1", "test"):
+        assert batches() == [10_000]
+    assert spark.conf.get(key, None) is None and len(batches()) > 1
+    spark.conf.set(key, str(32 << 20))  # a value the session sets is left as it is
+    try:
+        with writing(store_for(spark, config), config, "run-2", "test"):
+            assert len(batches()) > 2
+    finally:
+        spark.conf.unset(key)

@@ -50,7 +50,7 @@ from kraftlog.lease import Lease
 from kraftlog.planning import pack
 from kraftlog.points import iso_ms
 from kraftlog.spark.inputs import FileGroups, FileSpec
-from kraftlog.spark.session import JobThreads, default_parallelism, described, is_connect
+from kraftlog.spark.session import JobThreads, default_parallelism, described, is_connect, run_settings
 from kraftlog.storage import Storage, is_local, join, normalize, open_output, scheme
 from kraftlog.tables.definitions import TableDef, catalog
 from kraftlog.wire.discover import Entry
@@ -932,12 +932,13 @@ def writing(store: TableStore, config: Config, run_id: str, purpose: str) -> Ite
 
     ``with writing(store, config, run_id, "ingest"): ...``: a concurrent run waits for the lease up to
     ``[warehouse] lease_wait_seconds``, then fails with ``kraftlog.lease.WarehouseBusy``. On exit the lease
-    is released and the store no longer checks it.
+    is released and the store no longer checks it. While the run holds it, its session has the run's own settings
+    (``kraftlog.spark.session.run_settings``).
     """
     check_warehouse(store.storage, store.warehouse)
     held = Lease(store.storage, store.warehouse, run_id, purpose, ttl_s=config.lease_ttl_seconds,
                  wait_s=config.lease_wait_seconds)
-    with held, described(store.spark, f"kraftlog {purpose} {run_id}"):
+    with held, described(store.spark, f"kraftlog {purpose} {run_id}"), run_settings(store.spark):
         store.lease = held
         store.forget()
         try:
