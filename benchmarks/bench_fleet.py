@@ -47,6 +47,8 @@ from common import (
     jvm_pid,
     local_config,
     profile_toml,
+    python_cpu,
+    python_cpu_between,
     rss_kb,
     run_command,
     save_results,
@@ -156,12 +158,15 @@ def pipeline(spark: Any, config: Any, inputs: Path) -> dict[str, Any]:
                       ("analyze", lambda: analyze(spark, config))):
         workers = WorkerMemory()  # per step: which step's tasks need the memory
         workers.start()
-        cpu = jvm_cpu(jvm)
+        cpu, py = jvm_cpu(jvm), python_cpu(jvm, (driver, workers))
         t = time.perf_counter()
         run()
         out[f"{step}_seconds"] = round(time.perf_counter() - t, 1)
-        # what the JVM's CPU went to: on two cores a small step is bound by it
+        # what the CPU went to: the JVM's by what its threads do (on two cores a small step is bound by it), the
+        # Python workers' (the decode, the replay) and the driver's Python
         out[f"jvm_cpu_{step}"] = {k: round(v, 1) for k, v in jvm_cpu_between(cpu, jvm_cpu(jvm)).items()}
+        out[f"python_cpu_{step}"] = {k: round(v, 1) for k, v in
+                                     python_cpu_between(py, python_cpu(jvm, (driver, workers))).items()}
         workers.stop.set()
         workers.join()
         out[f"peak_worker_mb_{step}"] = workers.peak_kb // 1024
@@ -173,6 +178,17 @@ def pipeline(spark: Any, config: Any, inputs: Path) -> dict[str, Any]:
         "peak_worker_mb": max(peaks) // 1024,
     })
     return out
+
+
+def cpu_line(run: dict[str, Any]) -> str:
+    """What a run's steps used the CPU for: the JVM by what its threads do, the Python workers, the driver's Python."""
+    parts = []
+    for step in ("ingest", "reconstruct", "analyze"):
+        jvm, py = run[f"jvm_cpu_{step}"], run[f"python_cpu_{step}"]
+        parts.append(f"{step} {run[f'{step}_seconds']} s: JVM {sum(jvm.values()):.1f} ("
+                     + ", ".join(f"{k} {v:.1f}" for k, v in jvm.items())
+                     + f"), Python workers {py['workers']:.1f}, driver Python {py['driver']:.1f}")
+    return "CPU-seconds by step: " + "; ".join(parts)
 
 
 def as_scheduled(config: Any, inputs: Path, work: Path, remote: str | None = None) -> dict[str, Any]:
@@ -322,12 +338,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"{name:<12} {part:<10} {r['non_noop_records']:>10,} {r['ingest_seconds']:>8} "
                   f"{r['reconstruct_seconds']:>8} {r['analyze_seconds']:>9} {r['records_per_second_per_core']:>10} "
                   f"{r['peak_driver_jvm_mb']:>13} {r['peak_worker_mb']:>9}")
-        inc = results[name]["increment"]
-        if "jvm_cpu_analyze" in inc:
-            cpu = {k: inc["jvm_cpu_reconstruct"][k] + inc["jvm_cpu_analyze"][k] for k in inc["jvm_cpu_analyze"]}
-            print(f"{name}: the increment's reconstruct + analyze, {build_seconds(inc):.1f} s, took "
-                  f"{sum(cpu.values()):.1f} CPU-seconds of the JVM: "
-                  + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
+        for part in ("full", "increment"):
+            print(f"{name} {part}: {cpu_line(results[name][part])}")
         cold = results[name]["increment_as_scheduled"]
         print(f"{name}: the increment's reconstruct + analyze took {results[name]['increment_build_share']:.1%} "
               f"of the full build's; as scheduled (kraftlog run, a fresh JVM) "

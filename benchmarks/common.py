@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,6 +72,40 @@ def jvm_cpu_between(before: JvmCpu, after: JvmCpu) -> dict[str, float]:
         if kind in out:
             out[kind] += seconds - before[1].get(tid, (kind, 0.0))[1]
     return {**out, "other": after[0] - before[0] - sum(out.values())}
+
+
+PythonCpu = tuple[float, float]
+
+
+def python_cpu(jvm: int, samplers: Iterable[threading.Thread] = ()) -> PythonCpu:
+    """CPU seconds (Linux ``/proc``) used so far by the Python workers of JVM ``jvm`` and by this process (the
+    driver's Python), less this process's threads ``samplers`` (a benchmark's own, sampling memory). The workers are
+    the processes the JVM started (PySpark's daemon) and theirs (its forked workers), alive or ended: an ended
+    process's CPU is its parent's children's CPU once reaped."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    stats = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue  # (a process that ended)
+            stats[int(d.name)] = [int(x) for x in stat[stat.rindex(")") + 2:].split()[1:15]]
+    parents = {jvm}
+    workers = sum(stats[jvm][12:14]) if jvm in stats else 0  # (children it reaped: a daemon that ended)
+    while parents:  # fields from 1: ppid, ..., utime, stime, cutime, cstime
+        children = {pid for pid, f in stats.items() if f[0] in parents}
+        workers += sum(sum(stats[pid][10:14]) for pid in children)
+        parents = children
+    me = Path(f"/proc/{os.getpid()}")
+    sampling = sum(_cpu_seconds((me / "task" / str(t.native_id) / "stat").read_text())[1] for t in samplers
+                   if t.native_id is not None)
+    return workers / ticks, _cpu_seconds((me / "stat").read_text())[1] - sampling
+
+
+def python_cpu_between(before: PythonCpu, after: PythonCpu) -> dict[str, float]:
+    """The CPU seconds the Python workers and the driver's Python used between two ``python_cpu`` readings."""
+    return {"workers": after[0] - before[0], "driver": after[1] - before[1]}
 
 
 class WorkerMemory(threading.Thread):

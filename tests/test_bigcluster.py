@@ -126,3 +126,38 @@ def test_the_benchmarks_split_the_jvms_cpu_by_what_its_threads_do(spark: Any) ->
     assert set(used) == {*JVM_THREADS, "other"} and min(used.values()) >= 0
     assert used["tasks"] > 0.05
     assert abs(sum(used.values()) - (after[0] - before[0])) < 1e-6
+
+
+def test_the_benchmarks_count_the_python_workers_cpu_and_the_drivers_apart(spark: Any) -> None:
+    """``bench_fleet`` reports the CPU of the Python workers (the decode, the replay) and of the driver's Python
+    beside the JVM's: two tasks that each spin a CPU-second in a worker are counted as the workers', and a thread of
+    the benchmark's own (a memory sampler) is not counted as the driver's."""
+    import threading
+
+    from common import jvm_pid, python_cpu, python_cpu_between
+
+    def busy(batches: Any) -> Any:
+        start = time.process_time()
+        while time.process_time() - start < 1.0:
+            pass
+        yield from batches
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    sampler = threading.Thread(target=spin, daemon=True)
+    pid = jvm_pid(spark)
+    sampler.start()
+    driver = time.process_time()
+    before = python_cpu(pid, [sampler])
+    spark.range(2, numPartitions=2).mapInArrow(busy, "id long").collect()
+    after = python_cpu(pid, [sampler])
+    driver = time.process_time() - driver
+    stop.set()
+    sampler.join()
+    used = python_cpu_between(before, after)
+    assert used["workers"] >= 1.8
+    assert used["driver"] < 0.8 and driver - used["driver"] > 0.5  # (the sampler spun all along)
