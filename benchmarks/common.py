@@ -43,9 +43,14 @@ JVM_THREADS = {"jit": ("C1 CompilerThre", "C2 CompilerThre"), "tasks": ("Executo
 JvmCpu = tuple[float, dict[str, tuple[str, float]]]
 
 
+def _stat_fields(stat: str) -> list[str]:
+    """The fields of a ``/proc`` ``stat`` line after the name, from the state on (``proc(5)``'s fields 3 on)."""
+    return stat[stat.rindex(")") + 2:].split()
+
+
 def _cpu_seconds(stat: str) -> tuple[str, float]:
     """The name and CPU seconds (user + system) in a ``/proc`` ``stat`` line."""
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = _stat_fields(stat)
     return stat[stat.index("(") + 1: stat.rindex(")")], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -90,7 +95,7 @@ def python_cpu(jvm: int, samplers: Iterable[threading.Thread] = ()) -> PythonCpu
                 stat = (d / "stat").read_text()
             except OSError:
                 continue  # (a process that ended)
-            stats[int(d.name)] = [int(x) for x in stat[stat.rindex(")") + 2:].split()[1:15]]
+            stats[int(d.name)] = [int(x) for x in _stat_fields(stat)[1:15]]
     parents = {jvm}
     workers = sum(stats[jvm][12:14]) if jvm in stats else 0  # (children it reaped: a daemon that ended)
     while parents:  # fields from 1: ppid, ..., utime, stime, cutime, cstime
