@@ -156,7 +156,7 @@ def pipeline(spark: Any, config: Any, inputs: Path) -> dict[str, Any]:
     for step, run in (("ingest", lambda: ingest(spark, [str(inputs)], config)),
                       ("reconstruct", lambda: reconstruct(spark, config)),
                       ("analyze", lambda: analyze(spark, config))):
-        workers = WorkerMemory()  # per step: which step's tasks need the memory
+        workers = WorkerMemory(jvm)  # per step: which step's tasks need the memory
         workers.start()
         cpu, py = jvm_cpu(jvm), python_cpu(jvm, (driver, workers))
         t = time.perf_counter()

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             runs = []
             peak_kb = 0
             for attempt in range(args.repeat):
-                sampler = WorkerMemory()
+                sampler = WorkerMemory(jvm)
                 sampler.start()
                 t = time.perf_counter()
                 r = ingest(spark, [str(inputs)], with_warehouse(config, work, f"{name}-{attempt}"))

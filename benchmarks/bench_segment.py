@@ -23,7 +23,7 @@ from typing import Any
 
 from bench_fleet import batch_ends
 from bigcluster import generated
-from common import ROOT, WorkerMemory, local_config, save_results, scratch_dir, with_warehouse
+from common import ROOT, WorkerMemory, jvm_pid, local_config, save_results, scratch_dir, with_warehouse
 
 
 def joined_log(cluster: Path) -> bytes:
@@ -55,7 +55,7 @@ def data_dirs(log: bytes, size: int, nodes: int, cluster: Path, dest: Path) -> i
 def ingest_once(spark: Any, config: Any, inputs: Path) -> dict[str, Any]:
     from kraftlog.spark.ingest import ingest
 
-    workers = WorkerMemory()
+    workers = WorkerMemory(jvm_pid(spark))
     workers.start()
     t = time.perf_counter()
     result = ingest(spark, [str(inputs)], config)

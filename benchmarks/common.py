@@ -82,12 +82,9 @@ def jvm_cpu_between(before: JvmCpu, after: JvmCpu) -> dict[str, float]:
 PythonCpu = tuple[float, float]
 
 
-def python_cpu(jvm: int, samplers: Iterable[threading.Thread] = ()) -> PythonCpu:
-    """CPU seconds (Linux ``/proc``) used so far by the Python workers of JVM ``jvm`` and by this process (the
-    driver's Python), less this process's threads ``samplers`` (a benchmark's own, sampling memory). The workers are
-    the processes the JVM started (PySpark's daemon) and theirs (its forked workers), alive or ended: an ended
-    process's CPU is its parent's children's CPU once reaped."""
-    ticks = os.sysconf("SC_CLK_TCK")
+def _processes() -> dict[int, list[int]]:
+    """Every process's ``/proc`` ``stat`` fields from the parent on, as integers (ppid, ..., utime, stime, cutime,
+    cstime at 10..13)."""
     stats = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -96,12 +93,28 @@ def python_cpu(jvm: int, samplers: Iterable[threading.Thread] = ()) -> PythonCpu
             except OSError:
                 continue  # (a process that ended)
             stats[int(d.name)] = [int(x) for x in _stat_fields(stat)[1:15]]
+    return stats
+
+
+def workers_of(jvm: int, stats: dict[int, list[int]]) -> set[int]:
+    """The Python workers of JVM ``jvm`` among ``stats`` (``_processes``): the processes it started (PySpark's
+    daemon) and theirs (the daemon's forked workers), however deep. Another application's workers are not its."""
+    found: set[int] = set()
     parents = {jvm}
+    while parents:
+        parents = {pid for pid, f in stats.items() if f[0] in parents}
+        found |= parents
+    return found
+
+
+def python_cpu(jvm: int, samplers: Iterable[threading.Thread] = ()) -> PythonCpu:
+    """CPU seconds (Linux ``/proc``) used so far by the Python workers of JVM ``jvm`` (``workers_of``) and by this
+    process (the driver's Python), less this process's threads ``samplers`` (a benchmark's own, sampling memory).
+    A worker that ended counts too: its CPU is its parent's children's CPU once reaped."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    stats = _processes()
     workers = sum(stats[jvm][12:14]) if jvm in stats else 0  # (children it reaped: a daemon that ended)
-    while parents:  # fields from 1: ppid, ..., utime, stime, cutime, cstime
-        children = {pid for pid, f in stats.items() if f[0] in parents}
-        workers += sum(sum(stats[pid][10:14]) for pid in children)
-        parents = children
+    workers += sum(sum(stats[pid][10:14]) for pid in workers_of(jvm, stats))
     me = Path(f"/proc/{os.getpid()}")
     sampling = sum(_cpu_seconds((me / "task" / str(t.native_id) / "stat").read_text())[1] for t in samplers
                    if t.native_id is not None)
@@ -114,23 +127,19 @@ def python_cpu_between(before: PythonCpu, after: PythonCpu) -> dict[str, float]:
 
 
 class WorkerMemory(threading.Thread):
-    """Samples the resident memory of every pyspark worker process (``pyspark.daemon`` and its forks)."""
+    """Samples the resident memory of JVM ``jvm``'s Python workers (``workers_of``: PySpark's daemon and its forks),
+    every tenth of a second; ``peak_kb``: the largest a worker was."""
 
-    def __init__(self) -> None:
+    def __init__(self, jvm: int) -> None:
         super().__init__(daemon=True)
+        self.jvm = jvm
         self.peak_kb = 0
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
-            for d in Path("/proc").iterdir():
-                if d.name.isdigit():
-                    try:
-                        cmd = (d / "cmdline").read_bytes()
-                    except OSError:
-                        continue
-                    if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
-                        self.peak_kb = max(self.peak_kb, rss_kb(int(d.name)))
+            for pid in workers_of(self.jvm, _processes()):
+                self.peak_kb = max(self.peak_kb, rss_kb(pid))
             self.stop.wait(0.1)
 
 

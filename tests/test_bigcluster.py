@@ -161,3 +161,36 @@ def test_the_benchmarks_count_the_python_workers_cpu_and_the_drivers_apart(spark
     used = python_cpu_between(before, after)
     assert used["workers"] >= 1.8
     assert used["driver"] < 0.8 and driver - used["driver"] > 0.5  # (the sampler spun all along)
+
+
+def test_the_benchmarks_sample_the_memory_of_this_sessions_workers_alone(spark: Any, tmp_path: Path) -> None:
+    """``WorkerMemory`` reads the peak memory of the session's own Python workers: a task holding 300 MB in its
+    worker is seen, and a process that is not the JVM's (here one named like a PySpark daemon, holding 600 MB, as
+    another application's worker on the same machine would be) is not."""
+    import subprocess
+    import sys
+
+    from common import WorkerMemory, jvm_pid
+
+    def hold(batches: Any) -> Any:
+        held = bytearray(300 << 20)
+        held[::4096] = b"x" * len(held[::4096])  # (touched: resident)
+        time.sleep(1.0)
+        yield from batches
+
+    ready = tmp_path / "ready"
+    other = subprocess.Popen([sys.executable, "-c", "import sys, time; held = bytearray(600 << 20); "
+                              "held[::4096] = b'x' * len(held[::4096]); open(sys.argv[1], 'w').close(); "
+                              "time.sleep(60)", str(ready), "pyspark.daemon"])
+    try:
+        while not ready.exists():
+            time.sleep(0.05)
+        sampler = WorkerMemory(jvm_pid(spark))
+        sampler.start()
+        spark.range(1, numPartitions=1).mapInArrow(hold, "id long").collect()
+        sampler.stop.set()
+        sampler.join()
+    finally:
+        other.kill()
+        other.wait()
+    assert 300 << 10 <= sampler.peak_kb < 600 << 10
