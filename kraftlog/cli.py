@@ -29,6 +29,9 @@ class _Commands(click.Group):
 @click.version_option(package_name="kraftlog")
 def main() -> None:
     """Decode, land, reconstruct and analyse Kafka's KRaft metadata log."""
+    from kraftlog.spark.workers import retaining_arrow_pool
+
+    retaining_arrow_pool()  # (the command's own Arrow buffers, as in its Python workers)
 
 
 @main.command()

@@ -1,4 +1,5 @@
-"""The PySpark workers kraftlog runs in: an archive imported from is read again only when it changed."""
+"""The PySpark workers kraftlog runs in: an archive imported from is read again only when it changed; Arrow buffers
+come from a pool that keeps the memory it was given."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ import pyarrow as pa
 import pytest
 
 import kraftlog.spark
-from kraftlog.spark.workers import lazy_zip_invalidation, on_worker
+from kraftlog.spark.workers import lazy_zip_invalidation, on_worker, retaining_arrow_pool
 
-pytestmark = pytest.mark.skipif(sys.version_info >= (3, 12),
-                                reason="Python 3.12+ reads a zip archive's directory lazily itself (gh-103200)")
+_zip_caches = pytest.mark.skipif(sys.version_info >= (3, 12),
+                                 reason="Python 3.12+ reads a zip archive's directory lazily itself (gh-103200)")
 
 
 @pytest.fixture
@@ -34,6 +35,7 @@ def _archive(path: Path, modules: dict[str, str]) -> None:
             z.writestr(f"{name}.py", body)
 
 
+@_zip_caches
 def test_an_unchanged_archive_is_read_once_and_a_changed_one_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, original_invalidation: None) -> None:
     archive = tmp_path / "lib.zip"
@@ -60,11 +62,14 @@ def test_an_unchanged_archive_is_read_once_and_a_changed_one_again(
 
 
 def test_a_driver_is_left_as_it_is(original_invalidation: None) -> None:
+    pool = pa.default_memory_pool().backend_name
     importlib.reload(kraftlog.spark)
     assert not on_worker()
     assert not getattr(zipimport.zipimporter.invalidate_caches, "_kraftlog_lazy", False)
+    assert pa.default_memory_pool().backend_name == pool
 
 
+@_zip_caches
 def test_a_worker_that_loaded_kraftlog_reads_no_archive_again(spark: Any) -> None:
     """Each task of a worker asks ``importlib`` to invalidate its caches: once the worker has loaded kraftlog and
     invalidated once (recording what each archive was), none re-reads an archive (pyspark's, py4j's) unchanged."""
@@ -90,3 +95,36 @@ def test_a_worker_that_loaded_kraftlog_reads_no_archive_again(spark: Any) -> Non
     if not any(r["archives"] for r in rows):
         pytest.skip("the workers import nothing from a zip archive (pyspark not from pyspark.zip)")
     assert [r["reads"] for r in rows] == [0, 0, 0, 0]
+
+
+def test_workers_and_commands_allocate_arrow_buffers_from_a_retaining_pool(spark: Any) -> None:
+    """A worker that loaded kraftlog builds its Arrow tables in jemalloc's pool (the system allocator's where pyarrow
+    has none), not mimalloc's: ``retaining_arrow_pool``."""
+
+    def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import kraftlog.spark  # noqa: F401  (as kraftlog's functions do in a worker)
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pylist([{"pool": pa.default_memory_pool().backend_name}])
+
+    pools = {r["pool"] for r in spark.range(2, numPartitions=2).mapInArrow(probe, "pool string").collect()}
+    assert pools == {_retaining()}
+
+
+def test_a_pool_the_environment_chooses_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = pa.default_memory_pool()
+    try:
+        monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "mimalloc")
+        pa.set_memory_pool(pa.mimalloc_memory_pool())
+        assert retaining_arrow_pool() == "mimalloc"
+        monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL")
+        assert retaining_arrow_pool() == _retaining() == pa.default_memory_pool().backend_name
+    finally:
+        pa.set_memory_pool(before)
+
+
+def _retaining() -> str:
+    try:
+        return pa.jemalloc_memory_pool().backend_name
+    except NotImplementedError:
+        return "system"

@@ -8,6 +8,10 @@ them, 16 times in a worker running kraftlog. That is most of a short task's cost
 has loaded kraftlog an archive is read again only when it changed (its time, size or inode): the first task of a
 worker pays, the tasks it runs after do not (Spark reuses a worker for the tasks that follow,
 ``spark.python.worker.reuse``).
+
+And Arrow allocates from jemalloc there (``retaining_arrow_pool``): pyarrow's default, mimalloc, once a process holds
+some 70 MB, took 160-230 ms to first write a fresh 14 MB buffer where jemalloc and the system's allocator took 9 ms
+(Linux, pyarrow 26), and the workers build every output table in such buffers.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import sys
 import zipimport
 from collections.abc import Callable
 from typing import Any
+
+import pyarrow as pa
 
 _MARK = "_kraftlog_lazy"
 
@@ -53,6 +59,22 @@ def lazy_zip_invalidation() -> bool:
     return True
 
 
+def retaining_arrow_pool() -> str:
+    """Make jemalloc (else the system's allocator) the process's default Arrow memory pool, unless
+    ``ARROW_DEFAULT_MEMORY_POOL`` chooses one; returns the pool's backend.
+
+    Measured on the 5M-record cluster's ingest (local[2], alternating): 81.2 and 84.2 s with mimalloc, 68.8 and
+    70.9 s with jemalloc; the Python workers' CPU 132 -> 111 s, their peak memory 820 -> 755 MB."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return pa.default_memory_pool().backend_name
+    try:
+        pool = pa.jemalloc_memory_pool()
+    except NotImplementedError:  # (a pyarrow built without it)
+        pool = pa.system_memory_pool()
+    pa.set_memory_pool(pool)
+    return pool.backend_name
+
+
 def on_worker() -> bool:
     """Whether this process is a PySpark worker running a task (not a driver, not a notebook)."""
     files = sys.modules.get("pyspark.core.files")
@@ -61,9 +83,10 @@ def on_worker() -> bool:
 
 def prepare_worker() -> None:
     """What kraftlog changes in a PySpark worker when its functions are first loaded there (``kraftlog.spark``
-    imports it): ``lazy_zip_invalidation``. Nothing elsewhere."""
+    imports it): ``lazy_zip_invalidation``, ``retaining_arrow_pool``. Nothing elsewhere."""
     if on_worker():
         lazy_zip_invalidation()
+        retaining_arrow_pool()
 
 
-__all__ = ["lazy_zip_invalidation", "on_worker", "prepare_worker"]
+__all__ = ["lazy_zip_invalidation", "on_worker", "prepare_worker", "retaining_arrow_pool"]
