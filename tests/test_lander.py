@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from encoder import batch, control_key, metadata_value, record
 
 from kraftlog.schema.registry import load_schemas
-from kraftlog.tables.rows import FileIdentity, FileLander, FileRef, KeepSpec
+from kraftlog.tables.rows import FileIdentity, FileLander, FileRef, KeepSpec, value_hash
 from kraftlog.wire.batches import Batch, iter_batches
 from kraftlog.wire.columns import batch_headers
 
@@ -193,3 +194,13 @@ def test_records_not_landed_are_not_decoded_yet_tell_the_files_metadata_version(
     half = _land([(ref, KeepSpec(((0, 700),)))])
     assert half["records"].num_rows == 701 and 0 < len(derived) <= 701
     assert half["files"].equals(every["files"])
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    (None, None, -7712737833812065720), (None, b"", 65369308820478381), (None, b"\x01\x02abc", -8158582663315109885),
+    (b"k", b"v", 7304273413074506605), (b"k", None, 7792947378589097270), (b"", b"", 65369308820478381)])
+def test_a_records_value_hash_stays_what_landed_rows_hold(key: bytes | None, value: bytes | None, expected: int
+                                                          ) -> None:
+    """``value_hash`` is kept in every landed row and compared with the rows of later runs: its values never change
+    (these are those of kraftlog's first warehouses)."""
+    assert value_hash(key, value) == expected

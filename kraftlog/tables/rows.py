@@ -112,12 +112,11 @@ def file_layout(path: str) -> tuple[FileInfo, str | None, str, int | None]:
 
 
 def value_hash(key: bytes | None, value: bytes | None) -> int:
-    """blake2b-64 of a record's key and value (signed int64): equal copies hash equal."""
-    h = hashlib.blake2b(digest_size=8)
-    if key is not None:
-        h.update(key)
-    h.update(b"\x00" if value is None else b"\x01" + value)
-    return int.from_bytes(h.digest(), "big", signed=True)
+    """blake2b-64 of a record's key, then 0 for a null value or 1 and the value (signed int64): equal copies hash
+    equal. Landed rows keep it: it never changes."""
+    tail = b"\x00" if value is None else b"\x01" + value
+    digest = hashlib.blake2b(tail if key is None else key + tail, digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 class _Hasher:

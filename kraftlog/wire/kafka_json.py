@@ -172,8 +172,35 @@ def _object(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, .
 
 
 def _text(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, ...] = ()) -> str:
+    if not redacted:
+        try:
+            return _compiled(plan)(data)
+        except KeyError:  # a field of the plan missing from ``data`` (not a reader's dict): field by field below
+            pass
     return "{" + ",".join([f.key + (dumps(value) if kept or value is None else f.text(value))
                            for f, value, kept in _fields(plan, data, redacted)]) + "}"
+
+
+_WRITERS: dict[int, tuple[tuple[_Out, ...], Callable[[dict[str, Any]], str]]] = {}
+
+
+def _compiled(plan: tuple[_Out, ...]) -> Callable[[dict[str, Any]], str]:
+    """``_text`` of ``plan`` with nothing redacted, for data holding every field of the plan (a reader's dict; else
+    ``KeyError``), as one function compiled from the plan (once per struct and version): the field loop unrolled,
+    each field's key, default and writer bound. The ingest writes every distinct record value through it."""
+    found = _WRITERS.get(id(plan))
+    if found is None:
+        env: dict[str, Any] = {}
+        lines = ["def write(data):", "    out = []"]
+        for i, f in enumerate(plan):
+            env[f"t{i}"], env[f"d{i}"] = f.text, f.default
+            add = f"out.append({f.key!r} + ('null' if v is None else t{i}(v)))"
+            lines += [f"    v = data[{f.column!r}]",
+                      f"    if not v == d{i}:\n        {add}" if f.tagged else f"    {add}"]  # (tagged: not at default)
+        lines.append("    return '{' + ','.join(out) + '}'")
+        exec(compile("\n".join(lines), "<kraftlog JSON writer>", "exec"), env)
+        found = _WRITERS[id(plan)] = (plan, env["write"])  # (the plan kept alive: its id stays its own)
+    return found[1]
 
 
 def _b64(value: bytes) -> str:
