@@ -46,13 +46,16 @@ def _decoder_rate(inputs: Path) -> tuple[float, int]:
 
 
 def _lander_rate(inputs: Path, out: Path) -> float:
-    """One core, no Spark: what the land pass does per file (decode, build columns, write Parquet)."""
+    """One core, no Spark: what the land pass does per file (decode, build columns, write Parquet), with the Arrow
+    memory pool of kraftlog's workers."""
     from kraftlog.spark.store import StreamingWriter
+    from kraftlog.spark.workers import retaining_arrow_pool
     from kraftlog.storage import Storage
     from kraftlog.tables.definitions import catalog
     from kraftlog.tables.rows import FileIdentity, FileLander, FileRef, KeepSpec
     from kraftlog.wire.discover import log_files
 
+    retaining_arrow_pool()
     cat = catalog()
     refs = [(FileRef(str(p), p.read_bytes(), 0, FileIdentity("c", 1, "d"), i), KeepSpec())
             for i, (p, _) in enumerate(log_files([inputs]))]
