@@ -445,6 +445,7 @@ class FileLander:
         tail = (ref.start, resume.tail_sha256) if resume is not None and ref.size == resume.size else None
         for cols in ranges:
             errors += cols.errors
+            levels = self._levels(cols)
             kept = keep.mask(cols.offset)
             if keep.strict and not kept.all():
                 counts.left_out(cols, kept)
@@ -465,7 +466,7 @@ class FileLander:
                     ch.files.append(_FileColumns(ident.cluster_id, ident.node_id, ref.path, info.kind, snap, source))
                     ch.records(cols, lo + rows, entries[np.searchsorted(used, code[rows])], snap_offset)
                     ch.batches(cols, new_batches if lo == 0 else np.zeros(len(new_batches), np.bool_))
-                    counts.level = self._last_level(cols, code) or counts.level
+                    counts.level = _last_level(code, levels) or counts.level
                 if ch.rows >= rows_per_chunk:
                     yield from self.flush()
             counts.add(cols)
@@ -495,20 +496,13 @@ class FileLander:
         if self._chunk.rows >= rows_per_chunk:
             yield from self.flush()
 
-    def _last_level(self, cols: LogColumns, code: np.ndarray) -> int | None:
-        """The metadata.version level the last FeatureLevelRecord for it among the records ``code`` (of ``cols``,
-        landed or not: the ledger tells the file's level) sets (None: none). Only such records are decoded."""
-        used = np.unique(code)
-        levels = {i: level for i in used.tolist() if (level := self._level(cols.distinct[i])) is not None}
-        if not levels:
-            return None
-        return levels[int(code[np.flatnonzero(np.isin(code, list(levels)))[-1]])]
-
-    def _level(self, v: Value) -> int | None:
-        ctl, key, value, _ = v
-        if ctl or _peek_api_key(key, value, ctl) != self.feature_level_key:
-            return None
-        return _metadata_level(decode_value(self.codec, ctl, key, value), ctl)
+    def _levels(self, cols: LogColumns) -> dict[int, int]:
+        """The metadata.version level each FeatureLevelRecord for it among the distinct values of ``cols`` sets, by
+        value entry. Only such records are decoded (a metadata value framed as version 1 of that api key)."""
+        framed = bytes([1, self.feature_level_key])
+        return {i: level for i, (ctl, key, value, _) in enumerate(cols.distinct)
+                if not ctl and value is not None and value.startswith(framed)
+                and (level := _metadata_level(decode_value(self.codec, ctl, key, value), ctl)) is not None}
 
     def _derived(self, ch: _Chunk, v: Value) -> int:
         """The chunk's derived entry of a distinct value (records of a corrupt batch get their own)."""
@@ -545,6 +539,15 @@ class FileLander:
                 out["batches"] = batches
             out["files"] = pa.Table.from_pylist(ch.ledger, self.cat.core["files"].schema)
             return out
+
+
+def _last_level(code: np.ndarray, levels: dict[int, int]) -> int | None:
+    """The level the last of the records ``code`` that sets one sets (``levels``: by value entry, ``_levels``), landed
+    or not (the ledger tells the file's level); None: none does."""
+    if not levels:
+        return None
+    hits = np.flatnonzero(np.isin(code, list(levels)))
+    return levels[int(code[hits[-1]])] if hits.size else None
 
 
 def _metadata_level(d: Decoded, control: bool) -> int | None:

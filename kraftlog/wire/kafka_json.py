@@ -141,7 +141,8 @@ def _plan(spec: MessageSpec, struct: StructSpec, version: int) -> tuple[_Out, ..
 def _fields(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, ...]
             ) -> list[tuple[_Out, Any, bool]]:
     """The fields of ``plan`` written for ``data``: field, value, and whether it is a redacted identifier (which
-    keeps its fingerprint). A list made in one loop: the ingest writes every distinct record value through it."""
+    keeps its fingerprint); a field missing from ``data`` is left out. (A value with nothing redacted and every
+    field is written by ``_compiled``.)"""
     out = []
     for f in plan:
         column = f.column
