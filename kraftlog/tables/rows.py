@@ -498,10 +498,9 @@ class FileLander:
 
     def _levels(self, cols: LogColumns) -> dict[int, int]:
         """The metadata.version level each FeatureLevelRecord for it among the distinct values of ``cols`` sets, by
-        value entry. Only such records are decoded (a metadata value framed as version 1 of that api key)."""
-        framed = bytes([1, self.feature_level_key])
+        value entry. Only such records are decoded (their api key read from the frame: ``_peek_api_key``)."""
         return {i: level for i, (ctl, key, value, _) in enumerate(cols.distinct)
-                if not ctl and value is not None and value.startswith(framed)
+                if not ctl and _peek_api_key(key, value, ctl) == self.feature_level_key
                 and (level := _metadata_level(decode_value(self.codec, ctl, key, value), ctl)) is not None}
 
     def _derived(self, ch: _Chunk, v: Value) -> int:
