@@ -85,7 +85,7 @@ class _Out:
     default: Any
     kind: int
     array: bool
-    struct: tuple[_Out, ...] = ()
+    struct: _Plan | None = None
     text: Callable[[Any], str] = dumps  # a value (not null) as JSON text, chosen by the field's type
 
 
@@ -101,11 +101,18 @@ def _string_list(value: list[Any]) -> str:
     return "[" + ",".join(map(dumps, value) if None in value else map(_quote, value)) + "]"
 
 
+def _struct(f: _Out) -> _Plan:
+    """The plan of a struct field's struct."""
+    if f.struct is None:
+        raise TypeError(f"field {f.name} is not a struct")
+    return f.struct
+
+
 def _writer(f: _Out, element_type: str) -> Callable[[Any], str]:
     """How a field's value (not null) is written: the type decides, once per field."""
     if f.kind == STRUCT:
-        return (lambda v: "[" + ",".join(_text(f.struct, e) for e in v) + "]") if f.array \
-            else (lambda v: _text(f.struct, v))
+        sub = _struct(f)
+        return (lambda v: "[" + ",".join(_text(sub, e) for e in v) + "]") if f.array else (lambda v: _text(sub, v))
     if f.kind != PLAIN:
         return lambda v: dumps(_value(f, v))
     if element_type in _INTEGERS:
@@ -115,11 +122,33 @@ def _writer(f: _Out, element_type: str) -> Callable[[Any], str]:
     return dumps
 
 
-_PLANS: dict[tuple[int, str, int], tuple[MessageSpec, tuple[_Out, ...]]] = {}
+class _Plan:
+    """The fields of one struct as written at one version, in declaration order, and ``write``: its JSON text with
+    nothing redacted, for data holding every field (a reader's dict; else ``KeyError``), as one function compiled
+    from the fields (the field loop unrolled, each field's key, default and writer bound). The ingest writes every
+    distinct record value through it; ``_text`` falls back to ``_fields`` where it cannot serve."""
+
+    __slots__ = ("fields", "write")
+
+    def __init__(self, fields: tuple[_Out, ...]) -> None:
+        self.fields = fields
+        env: dict[str, Any] = {}
+        lines = ["def write(data):", "    out = []"]
+        for i, f in enumerate(fields):
+            env[f"t{i}"], env[f"d{i}"] = f.text, f.default
+            add = f"out.append({f.key!r} + ('null' if v is None else t{i}(v)))"
+            lines += [f"    v = data[{f.column!r}]",
+                      f"    if not v == d{i}:\n        {add}" if f.tagged else f"    {add}"]  # (tagged: not at default)
+        lines.append("    return '{' + ','.join(out) + '}'")
+        exec(compile("\n".join(lines), "<kraftlog JSON writer>", "exec"), env)
+        self.write: Callable[[dict[str, Any]], str] = env["write"]
 
 
-def _plan(spec: MessageSpec, struct: StructSpec, version: int) -> tuple[_Out, ...]:
-    """The fields of ``struct`` written at ``version``, in declaration order (computed once per struct and version)."""
+_PLANS: dict[tuple[int, str, int], tuple[MessageSpec, _Plan]] = {}
+
+
+def _plan(spec: MessageSpec, struct: StructSpec, version: int) -> _Plan:
+    """How ``struct`` is written at ``version`` (made once per struct and version)."""
     key = (id(spec), struct.name, version)
     found = _PLANS.get(key)
     if found is None:
@@ -130,21 +159,21 @@ def _plan(spec: MessageSpec, struct: StructSpec, version: int) -> tuple[_Out, ..
             t = f.element_type
             kind = STRUCT if f.is_struct else BYTES if t in ("bytes", "records") else FLOAT if t == "float64" \
                 else PLAIN
-            sub = _plan(spec, spec.struct_for(f), version) if kind == STRUCT else ()
+            sub = _plan(spec, spec.struct_for(f), version) if kind == STRUCT else None
             field = _Out(f.json_name, f'"{f.json_name}":', f.column, f.tagged_in(version), f.default(), kind,
                          f.is_array, sub)
             out.append(replace(field, text=_writer(field, t)))
-        found = _PLANS[key] = (spec, tuple(out))  # (the spec kept alive: its id stays its own)
+        found = _PLANS[key] = (spec, _Plan(tuple(out)))  # (the spec kept alive: its id stays its own)
     return found[1]
 
 
-def _fields(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, ...]
+def _fields(plan: _Plan, data: dict[str, Any], redacted: tuple[str, ...]
             ) -> list[tuple[_Out, Any, bool]]:
     """The fields of ``plan`` written for ``data``: field, value, and whether it is a redacted identifier (which
     keeps its fingerprint); a field missing from ``data`` is left out. (A value with nothing redacted and every
-    field is written by ``_compiled``.)"""
+    field is written by ``plan.write``.)"""
     out = []
-    for f in plan:
+    for f in plan.fields:
         column = f.column
         if column not in data:
             continue
@@ -160,7 +189,8 @@ def _value(f: _Out, value: Any) -> Any:
     if value is None:
         return None
     if f.kind == STRUCT:
-        return [_object(f.struct, v) for v in value] if f.array else _object(f.struct, value)
+        sub = _struct(f)
+        return [_object(sub, v) for v in value] if f.array else _object(sub, value)
     if f.kind == BYTES:
         return [None if v is None else _b64(v) for v in value] if f.array else _b64(value)
     if f.kind == FLOAT:
@@ -168,40 +198,18 @@ def _value(f: _Out, value: Any) -> Any:
     return value
 
 
-def _object(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, ...] = ()) -> dict[str, Any]:
+def _object(plan: _Plan, data: dict[str, Any], redacted: tuple[str, ...] = ()) -> dict[str, Any]:
     return {f.name: value if kept else _value(f, value) for f, value, kept in _fields(plan, data, redacted)}
 
 
-def _text(plan: tuple[_Out, ...], data: dict[str, Any], redacted: tuple[str, ...] = ()) -> str:
+def _text(plan: _Plan, data: dict[str, Any], redacted: tuple[str, ...] = ()) -> str:
     if not redacted:
         try:
-            return _compiled(plan)(data)
+            return plan.write(data)
         except KeyError:  # a field of the plan missing from ``data`` (not a reader's dict): field by field below
             pass
     return "{" + ",".join([f.key + (dumps(value) if kept or value is None else f.text(value))
                            for f, value, kept in _fields(plan, data, redacted)]) + "}"
-
-
-_WRITERS: dict[int, tuple[tuple[_Out, ...], Callable[[dict[str, Any]], str]]] = {}
-
-
-def _compiled(plan: tuple[_Out, ...]) -> Callable[[dict[str, Any]], str]:
-    """``_text`` of ``plan`` with nothing redacted, for data holding every field of the plan (a reader's dict; else
-    ``KeyError``), as one function compiled from the plan (once per struct and version): the field loop unrolled,
-    each field's key, default and writer bound. The ingest writes every distinct record value through it."""
-    found = _WRITERS.get(id(plan))
-    if found is None:
-        env: dict[str, Any] = {}
-        lines = ["def write(data):", "    out = []"]
-        for i, f in enumerate(plan):
-            env[f"t{i}"], env[f"d{i}"] = f.text, f.default
-            add = f"out.append({f.key!r} + ('null' if v is None else t{i}(v)))"
-            lines += [f"    v = data[{f.column!r}]",
-                      f"    if not v == d{i}:\n        {add}" if f.tagged else f"    {add}"]  # (tagged: not at default)
-        lines.append("    return '{' + ','.join(out) + '}'")
-        exec(compile("\n".join(lines), "<kraftlog JSON writer>", "exec"), env)
-        found = _WRITERS[id(plan)] = (plan, env["write"])  # (the plan kept alive: its id stays its own)
-    return found[1]
 
 
 def _b64(value: bytes) -> str:
