@@ -84,6 +84,15 @@ def test_every_metadata_record_version_round_trips(spec: MessageSpec, version: i
     check()
 
 
+def test_a_value_orjson_refuses_is_written_field_by_field() -> None:
+    """A string holding a lone surrogate (no reader makes one: they decode UTF-8 with replacement, but a caller's
+    dict can hold one) is written by the field-by-field path, as the compiled writer would have."""
+    spec = S.by_name("TopicRecord")
+    d = default_codec().decode_metadata(metadata_value(spec, {"name": "t", "topic_id": "A" * 22}, 0))
+    odd = dataclasses.replace(d, data={**d.data, "name": "a\ud800b"})
+    assert payload_json(odd) == dumps(payload(odd)) == '{"name":"a\ud800b","topicId":"' + "A" * 22 + '"}'
+
+
 @pytest.mark.parametrize("spec", CONTROL, ids=[s.name for s in CONTROL])
 def test_every_control_record_round_trips(spec: MessageSpec) -> None:
     (ctype,) = spec.control_types

@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
+import orjson
+
 from kraftlog.schema.model import MessageSpec, StructSpec
 from kraftlog.wire.messages import Decoded
 from kraftlog.wire.redact import REDACTED
@@ -125,21 +127,25 @@ def _writer(f: _Out, element_type: str) -> Callable[[Any], str]:
 class _Plan:
     """The fields of one struct as written at one version, in declaration order, and ``write``: its JSON text with
     nothing redacted, for data holding every field (a reader's dict; else ``KeyError``), as one function compiled
-    from the fields (the field loop unrolled, each field's key, default and writer bound). The ingest writes every
-    distinct record value through it; ``_text`` falls back to ``_fields`` where it cannot serve."""
+    from the fields (the field loop unrolled, each field's key and default bound). It fills a dict in the fields'
+    order for orjson to write: a plain value (a number, string, boolean or a list of them) as it is, which orjson
+    writes as Jackson does; the others as the JSON text of their writer (``_writer``: Base64 bytes, Java's doubles,
+    nested structs). The ingest writes every distinct record value through it; ``_text`` falls back to ``_fields``
+    where it cannot serve (a field missing, a value orjson refuses: a string with a lone surrogate)."""
 
     __slots__ = ("fields", "write")
 
     def __init__(self, fields: tuple[_Out, ...]) -> None:
         self.fields = fields
-        env: dict[str, Any] = {}
-        lines = ["def write(data):", "    out = []"]
+        env: dict[str, Any] = {"dumps": orjson.dumps, "text": orjson.Fragment}
+        lines = ["def write(data):", "    out = {}"]
         for i, f in enumerate(fields):
             env[f"t{i}"], env[f"d{i}"] = f.text, f.default
-            add = f"out.append({f.key!r} + ('null' if v is None else t{i}(v)))"
+            value = "v" if f.kind == PLAIN else f"(None if v is None else text(t{i}(v)))"
+            add = f"out[{f.name!r}] = {value}"
             lines += [f"    v = data[{f.column!r}]",
                       f"    if not v == d{i}:\n        {add}" if f.tagged else f"    {add}"]  # (tagged: not at default)
-        lines.append("    return '{' + ','.join(out) + '}'")
+        lines.append("    return dumps(out).decode()")
         exec(compile("\n".join(lines), "<kraftlog JSON writer>", "exec"), env)
         self.write: Callable[[dict[str, Any]], str] = env["write"]
 
@@ -206,8 +212,8 @@ def _text(plan: _Plan, data: dict[str, Any], redacted: tuple[str, ...] = ()) -> 
     if not redacted:
         try:
             return plan.write(data)
-        except KeyError:  # a field of the plan missing from ``data`` (not a reader's dict): field by field below
-            pass
+        except (KeyError, orjson.JSONEncodeError):  # a field missing from ``data`` (not a reader's dict), a value
+            pass  # orjson refuses: field by field below
     return "{" + ",".join([f.key + (dumps(value) if kept or value is None else f.text(value))
                            for f, value, kept in _fields(plan, data, redacted)]) + "}"
 
