@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from kraftlog.schema.model import FieldSpec, MessageSpec
 from kraftlog.schema.registry import load_schemas
+from kraftlog.wire import codegen
 from kraftlog.wire.files import read_log
 from kraftlog.wire.kafka_json import dumps, payload, payload_json
 from kraftlog.wire.messages import default_codec
@@ -181,3 +182,19 @@ def test_corrupt_compressed_batch_is_one_error_and_the_next_batch_reads() -> Non
     assert [len(b.records) for b in out.batches] == [1, 0, 1]
     (err,) = out.errors
     assert err.kind == "compression" and err.position == len(good) + 61 and "zstd" in err.reason
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.binary(min_size=16, max_size=16), min_size=1, max_size=50))
+def test_uuid_text_remembers_a_bounded_number_of_uuids(raws: list[bytes]) -> None:
+    """``uuid_text`` is Kafka's URL-safe Base64 whether it encodes or remembers, keeps at most ``UUIDS_KEPT`` texts,
+    and keys them by bytes of their own (a view of a segment's buffer would keep the whole segment)."""
+    old = codegen.UUIDS_KEPT
+    codegen.UUIDS_KEPT = 8
+    codegen._UUIDS.clear()
+    try:
+        for raw in [*raws, *raws]:
+            assert codegen.uuid_text(memoryview(raw)) == base64.urlsafe_b64encode(raw)[:22].decode("ascii")
+            assert len(codegen._UUIDS) <= 8 and all(type(k) is bytes for k in codegen._UUIDS)
+    finally:
+        codegen.UUIDS_KEPT = old
