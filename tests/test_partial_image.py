@@ -18,7 +18,7 @@ from history_gen import Item, _encode, log_items
 from hypothesis import HealthCheck, given, settings
 
 from kraftlog.spark.predicates import TOPICS_NAMED, named_topics
-from kraftlog.state.history import Versions
+from kraftlog.state.history import Versions, as_dict
 from kraftlog.state.replay import Change, Event, Replayer, TopicsRead
 from kraftlog.wire.messages import default_codec
 
@@ -117,7 +117,7 @@ def test_an_increment_naming_more_than_a_list_holds_reads_its_topics_whole_then_
 @given(log=log_items(min_size=1, max_size=80))
 def test_closed_versions_are_handed_over_in_the_order_they_end(log: list[Item]) -> None:
     rows: list[dict[str, Any]] = []
-    history = Versions("c", lambda _kind, row: rows.append(row))
+    history = Versions("c", lambda kind, row: rows.append(as_dict(kind, row)))
     r = Replayer(history.add)
     for e in events(log):
         r.apply(e)

@@ -16,7 +16,7 @@ from metadata_shell import parse_shell_dump
 from kraftlog.cli import main
 from kraftlog.schema.registry import load_schemas
 from kraftlog.state.entities import MIGRATING, UNASSIGNED
-from kraftlog.state.history import Versions
+from kraftlog.state.history import Versions, as_dict
 from kraftlog.state.local import diff_images, load_clusters, state_at, verify
 from kraftlog.state.replay import Change, Event, Replayer
 from kraftlog.state.shell import image_tree
@@ -203,7 +203,7 @@ def test_a_snapshot_replaces_the_image_except_the_producer_id_mark() -> None:
 
 def test_versions_collapse_per_offset_skip_no_ops_and_are_handed_over_when_they_close() -> None:
     rows: list[tuple[str, Any]] = []
-    history = Versions("c", lambda kind, row: rows.append((kind, row)))
+    history = Versions("c", lambda kind, row: rows.append((kind, as_dict(kind, row))))
 
     def change(offset: int, name: str | None) -> None:
         history.add(Change("topics", (T1,), None if name is None else {"name": name}, offset, 1000 + offset))
@@ -225,7 +225,7 @@ def test_versions_collapse_per_offset_skip_no_ops_and_are_handed_over_when_they_
 
 def test_a_partition_version_carries_the_leader_and_isr_of_the_version_it_replaced() -> None:
     rows: list[dict[str, Any]] = []
-    history = Versions("c", lambda _kind, row: rows.append(row))
+    history = Versions("c", lambda kind, row: rows.append(as_dict(kind, row)))
 
     def change(offset: int, leader: int | None, isr: list[int] | None = None) -> None:
         value = None if leader is None else {"leader": leader, "isr": isr or [leader], "elr": [],
@@ -429,3 +429,12 @@ def test_cli_verify_exits_one_when_a_snapshot_differs(tmp_path: Path) -> None:
     snap.write_bytes(bytes(data))
     out = CliRunner().invoke(main, ["verify", str(node), "--quiet"])
     assert out.exit_code == 1 and "topics" in out.output and "ORDERS" in out.output
+
+
+def test_history_rows_are_made_in_the_columns_of_their_tables() -> None:
+    """A replay's rows are tuples in column order (``COLUMNS``): they go to Arrow by position."""
+    from kraftlog.state.entities import history_tables
+    from kraftlog.state.history import COLUMNS
+
+    assert {kind: list(COLUMNS[kind]) for kind in COLUMNS} == {
+        kind: t.schema.names for kind, t in history_tables().items()}

@@ -37,7 +37,7 @@ from kraftlog.spark.predicates import Scope, of_clusters, only_topics
 from kraftlog.spark.session import default_parallelism, local_frame
 from kraftlog.spark.store import StagedFile, TableStore, open_apart, restage, staged_rows
 from kraftlog.state.entities import BY_NAME, history_tables, previous_column, replay_ranges_table
-from kraftlog.state.history import Versions
+from kraftlog.state.history import Row, Versions
 from kraftlog.state.replay import Change, Event, Replayer, TopicsRead, still_open, still_open_parts
 from kraftlog.tables.definitions import RECORD_KEY, TableDef, catalog, columns_at, typed_specs
 from kraftlog.wire.files import paused_gc
@@ -350,14 +350,15 @@ class _Sink:
 
     def __init__(self) -> None:
         self.tables = {t.name: t for t in output_tables()}
-        self.rows: dict[str, list[dict[str, Any]]] = {name: [] for name in self.tables}
+        # history rows as tuples in column order (``kraftlog.state.history.Row``), ``replay_ranges`` rows as dicts
+        self.rows: dict[str, list[Any]] = {name: [] for name in self.tables}
         self.history = {kind: t.name for kind, t in history_tables().items()}
         # history rows come with timestamps in ms: converted as such in one pass, then cast to the table's unit
         self.in_ms = {t.name: pa.struct([f.with_type(pa.timestamp("ms", f.type.tz)) if pa.types.is_timestamp(f.type)
                                          else f for f in t.schema]) for t in history_tables().values()}
         self.count = 0
 
-    def version(self, kind: str, row: dict[str, Any]) -> None:
+    def version(self, kind: str, row: Row) -> None:
         self.rows[self.history[kind]].append(row)
         self.count += 1
 
@@ -365,7 +366,7 @@ class _Sink:
         self.rows[table].append(row)
         self.count += 1
 
-    def _table(self, name: str, rows: list[dict[str, Any]]) -> pa.Table:
+    def _table(self, name: str, rows: list[Any]) -> pa.Table:
         schema = self.tables[name].schema
         if name not in self.in_ms:
             return pa.Table.from_pylist(rows, schema=schema)
