@@ -432,9 +432,23 @@ def test_cli_verify_exits_one_when_a_snapshot_differs(tmp_path: Path) -> None:
 
 
 def test_history_rows_are_made_in_the_columns_of_their_tables() -> None:
-    """A replay's rows are tuples in column order (``COLUMNS``): they go to Arrow by position."""
-    from kraftlog.state.entities import history_tables
+    """A replay's rows are tuples in column order (``COLUMNS``, read from each history table's schema): they go to
+    Arrow by position, so each value must sit at the index of its column."""
+    from kraftlog.state.entities import BY_NAME, history_tables, previous_column
     from kraftlog.state.history import COLUMNS
 
     assert {kind: list(COLUMNS[kind]) for kind in COLUMNS} == {
         kind: t.schema.names for kind, t in history_tables().items()}
+    for kind, k in BY_NAME.items():
+        key = tuple(f"key:{n}" for n in k.key_names)
+        old = {n: f"old:{n}" for n in k.value_names}
+        new = {n: f"new:{n}" for n in k.value_names}
+        rows: list[tuple[object, ...]] = []
+        history = Versions("c", lambda _kind, row, rows=rows: rows.append(row))
+        history.resume(kind, key, 5, 50, new, replaced=old)
+        history.add(Change(kind, key, None, 9, 90))
+        history.finish()
+        want = {"cluster_id": "c", **dict(zip(k.key_names, key, strict=True)), **new,
+                **{previous_column(n): f"old:{n}" for n in k.previous},
+                "valid_from_offset": 5, "valid_to_offset": 9, "valid_from": 50, "valid_to": 90, "ended_by": "delete"}
+        assert rows == [tuple(want[c] for c in COLUMNS[kind])], kind

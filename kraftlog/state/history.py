@@ -28,12 +28,8 @@ Made = tuple[int, int, Value | None, Value | None]  # a step that made a version
 _ENDS = ("valid_from_offset", "valid_to_offset", "valid_from", "valid_to", "ended_by")
 
 
-def _columns(kind: str) -> tuple[str, ...]:
-    k = BY_NAME[kind]
-    return ("cluster_id", *k.key_names, *k.value_names, *(previous_column(n) for n in k.previous), *_ENDS)
-
-
-COLUMNS = {kind: _columns(kind) for kind in BY_NAME}  # the columns of each kind's history rows, in table order
+COLUMNS = {kind: tuple(k.history_table().schema.names) for kind, k in BY_NAME.items()}
+"""The columns of each kind's history rows, in table order: the one source of the row layout."""
 
 
 def _getter(names: tuple[str, ...]) -> Callable[[Value], tuple[Any, ...]]:
@@ -50,6 +46,9 @@ def _row_maker(kind: str) -> Callable[[str, Key, Made, Step | None], Row]:
     null), the ``previous_<name>`` columns from the value it replaced (None: it replaced none), then where and when
     it holds. A tuple: a third less for Arrow to convert than a dict, and cheaper to make."""
     k = BY_NAME[kind]
+    layout = ("cluster_id", *k.key_names, *k.value_names, *(previous_column(n) for n in k.previous), *_ENDS)
+    if layout != COLUMNS[kind]:
+        raise AssertionError(f"{kind} rows would be made as {layout}, its table's columns are {COLUMNS[kind]}")
     names, values, previous = k.value_names, _getter(k.value_names), _getter(k.previous)
     no_value, no_previous = (None,) * len(names), (None,) * len(k.previous)
 
