@@ -926,8 +926,9 @@ def test_an_hour_naming_more_partitions_than_a_threads_stack_parses_deletes_only
 def test_a_small_increment_evaluates_its_expressions_interpreted_and_leaves_the_session_as_it_was(
         spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
     """A reconstruct and an analyze that go on by fewer new offsets than ``interpreted_below`` plan and run with Spark's
-    expressions interpreted (``INTERPRETED``), then give the session its settings back; a first build, and an
-    increment at or above the threshold, compile. The offsets counted are those the ledger and the histories tell."""
+    expressions interpreted and each query planned once (``INTERPRETED``), then give the session its settings back; a
+    first build, and an increment at or above the threshold, compile (and plan adaptively). The offsets counted are
+    those the ledger and the histories tell."""
     inputs, wh = tmp_path / "in", tmp_path / "wh"
     seen: list[tuple[str | None, ...]] = []  # the session's settings while each plan was made
 
@@ -941,7 +942,8 @@ def test_a_small_increment_evaluates_its_expressions_interpreted_and_leaves_the_
     monkeypatch.setattr(analyze_module, "plan_events", watched(analyze_module.plan_events))
     # the session's own (one unset, whole-stage code compiled; one as interpreted wants it, left alone): cheaper than
     # compiling every expression of the sample's builds
-    mine = {"spark.sql.codegen.wholeStage": None, "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+    mine = {"spark.sql.codegen.wholeStage": None, "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+            "spark.sql.adaptive.enabled": "true"}
     kept = {key: spark.conf.get(key, None) for key in INTERPRETED}
     given, interpreted = tuple(mine.values()), tuple(INTERPRETED.values())
 

@@ -114,20 +114,28 @@ def _try_set(spark: SparkSession, key: str, value: str) -> bool:
         return False
 
 
-# Spark's settings that evaluate expressions interpreted, not compiled (its own fallback where code generation
-# fails): each query of a run compiles its generated code (Janino, then the JVM's JIT), a fixed cost per query that
-# a small increment's few thousand rows never earn back. On the 5M-record benchmark cluster's hourly increment,
-# interpreted: reconstruct + analyze 15.0-15.7 s against 16.8-17.2 s in a warm process, 25.9 s against 29.9 s in a
-# fresh one (compiled, the JIT's compiler threads took 8 of the analysis's 28 CPU seconds); a full build
-# interpreted: 219 s against 147 s
-INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+# Spark's settings for a small increment: expressions evaluated interpreted, not compiled (Spark's own fallback
+# where code generation fails), and each query planned once, not re-planned stage by stage (adaptive execution).
+# Each query of a run compiles its generated code (Janino, then the JVM's JIT), a fixed cost per query that a small
+# increment's few thousand rows never earn back. On the 5M-record benchmark cluster's hourly increment, interpreted:
+# reconstruct + analyze 15.0-15.7 s against 16.8-17.2 s in a warm process, 25.9 s against 29.9 s in a fresh one
+# (compiled, the JIT's compiler threads took 8 of the analysis's 28 CPU seconds); a full build interpreted: 219 s
+# against 147 s. Adaptive execution runs each shuffle stage as a job of its own and optimizes what is left of the
+# plan after each: in the same hour's analysis (some 20 queries, most over a few thousand rows) the JVM's JIT
+# compiler threads took 12 of its 20 CPU seconds and the tasks 7; planned once, reconstruct + analyze 16.6-18.6 s
+# against 18.2-22.2 s (median 17.5 against 19.5, eight warm runs each, two alternations). Joins are then planned
+# from the tables' sizes alone, and shuffles keep spark.sql.shuffle.partitions parts: the files written stay one
+# per task slot at most (``TableStore.replace`` coalesces).
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+               "spark.sql.adaptive.enabled": "false"}
 
 
 @contextmanager
 def interpreted(spark: SparkSession, new_offsets: int | None, below: int) -> Iterator[bool]:
     """While the block runs, a run that goes on with fewer than ``below`` new log offsets (``new_offsets``; None: a
-    cluster rebuilt, never small) evaluates its expressions interpreted (``INTERPRETED``); the session's settings are
-    restored after. Yields whether it does: not where the session does not let a setting change."""
+    cluster rebuilt, never small) evaluates its expressions interpreted and plans each query once (``INTERPRETED``);
+    the session's settings are restored after. Yields whether it does: not where the session does not let a setting
+    change."""
     if new_offsets is None or new_offsets >= below:
         yield False
         return
