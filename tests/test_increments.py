@@ -940,8 +940,8 @@ def test_a_small_increment_evaluates_its_expressions_interpreted_and_leaves_the_
 
     monkeypatch.setattr(history_module, "plan_build", watched(history_module.plan_build))
     monkeypatch.setattr(analyze_module, "plan_events", watched(analyze_module.plan_events))
-    # the session's own (one unset, whole-stage code compiled; one as interpreted wants it, left alone): cheaper than
-    # compiling every expression of the sample's builds
+    # the session's own (one unset, whole-stage code compiled; one as interpreted wants it, left alone; adaptive
+    # execution on, as Spark's default): cheaper than compiling every expression of the sample's builds
     mine = {"spark.sql.codegen.wholeStage": None, "spark.sql.codegen.factoryMode": "NO_CODEGEN",
             "spark.sql.adaptive.enabled": "true"}
     kept = {key: spark.conf.get(key, None) for key in INTERPRETED}
