@@ -28,8 +28,8 @@ DEFAULTS: dict[str, Any] = {
         "app_name": "kraftlog",
         "log_level": "WARN",
         # a reconstruct or analyze that goes on with fewer new log offsets than this (every cluster it writes going
-        # on from its last build) evaluates Spark expressions interpreted, not compiled (kraftlog.spark.session:
-        # INTERPRETED); 0: always compiled
+        # on from its last build) evaluates Spark expressions interpreted, not compiled, and plans each query once,
+        # without adaptive execution (kraftlog.spark.session: INTERPRETED); 0: always compiled
         "interpreted_below": 200000,
         "conf": {
             "spark.driver.memory": "4g",
