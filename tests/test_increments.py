@@ -34,7 +34,7 @@ from kraftlog.spark.increments import last_builds, plan_build
 from kraftlog.spark.ingest import ingest
 from kraftlog.spark.landed import Landed, landing_runs
 from kraftlog.spark.predicates import SQL_TERMS, Scope
-from kraftlog.spark.session import INTERPRETED, described
+from kraftlog.spark.session import INTERPRETED, SHUFFLE_PARTS, default_parallelism, described
 from kraftlog.spark.store import store_for
 from kraftlog.state.entities import history_tables
 from kraftlog.state.replay import Replayer, TopicsRead
@@ -926,26 +926,28 @@ def test_an_hour_naming_more_partitions_than_a_threads_stack_parses_deletes_only
 def test_a_small_increment_evaluates_its_expressions_interpreted_and_leaves_the_session_as_it_was(
         spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
     """A reconstruct and an analyze that go on by fewer new offsets than ``interpreted_below`` plan and run with Spark's
-    expressions interpreted and each query planned once (``INTERPRETED``), then give the session its settings back; a
-    first build, and an increment at or above the threshold, compile (and plan adaptively). The offsets counted are
-    those the ledger and the histories tell."""
+    expressions interpreted and each query planned once, its shuffles cut into no more parts than the task slots
+    (``small_run_settings``), then give the session its settings back; a first build, and an increment at or above
+    the threshold, compile (and plan adaptively). The offsets counted are those the ledger and the histories tell."""
     inputs, wh = tmp_path / "in", tmp_path / "wh"
     seen: list[tuple[str | None, ...]] = []  # the session's settings while each plan was made
 
     def watched(plan: Any) -> Any:
         def planned(*args: Any, **kwargs: Any) -> Any:
-            seen.append(tuple(spark.conf.get(key, None) for key in INTERPRETED))
+            seen.append(tuple(spark.conf.get(key, None) for key in mine))
             return plan(*args, **kwargs)
         return planned
 
     monkeypatch.setattr(history_module, "plan_build", watched(history_module.plan_build))
     monkeypatch.setattr(analyze_module, "plan_events", watched(analyze_module.plan_events))
     # the session's own (one unset, whole-stage code compiled; one as interpreted wants it, left alone; adaptive
-    # execution on, as Spark's default): cheaper than compiling every expression of the sample's builds
+    # execution on, as Spark's default; more shuffle parts than task slots): cheaper than compiling every expression
+    # of the sample's builds
+    slots = default_parallelism(spark)
     mine = {"spark.sql.codegen.wholeStage": None, "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-            "spark.sql.adaptive.enabled": "true"}
-    kept = {key: spark.conf.get(key, None) for key in INTERPRETED}
-    given, interpreted = tuple(mine.values()), tuple(INTERPRETED.values())
+            "spark.sql.adaptive.enabled": "true", SHUFFLE_PARTS: str(slots + 3)}
+    kept = {key: spark.conf.get(key, None) for key in mine}
+    given, interpreted = tuple(mine.values()), (*INTERPRETED.values(), str(slots))
 
     def step(end: int, below: int) -> tuple[int | None, int | None, ReconstructResult, AnalyzeResult]:
         config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"},
@@ -973,7 +975,7 @@ def test_a_small_increment_evaluates_its_expressions_interpreted_and_leaves_the_
         assert offsets == analysed == ends[2] - ends[1] > 0 and grown.resumed == 1, grown.line()
         assert (grown.interpreted, events.plan.interpreted, seen[4:]) == (True, True, [interpreted, interpreted])
         assert "expressions interpreted" in grown.line() and "expressions interpreted" in events.line()
-        assert tuple(spark.conf.get(key, None) for key in INTERPRETED) == given  # given back
+        assert tuple(spark.conf.get(key, None) for key in mine) == given  # given back
     finally:
         for key, value in kept.items():
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)

@@ -116,3 +116,28 @@ def test_a_run_hands_rows_to_python_in_batches_cut_by_rows_alone(spark: Any, tmp
             assert len(batches()) > 2
     finally:
         spark.conf.unset(key)
+
+
+def test_a_small_run_cuts_its_shuffles_into_no_more_parts_than_task_slots(spark: Any) -> None:
+    """Without adaptive execution a shuffle keeps ``spark.sql.shuffle.partitions`` parts: a small run sets that to the
+    cluster's task slots, or leaves the session's own number where it is fewer; either is given back after."""
+    from pyspark.sql import functions as F
+
+    from kraftlog.spark.session import SHUFFLE_PARTS, default_parallelism, interpreted
+
+    slots, own = default_parallelism(spark), spark.conf.get(SHUFFLE_PARTS)
+
+    def parts() -> int:  # of a query's shuffle, as it runs
+        return spark.range(100).groupBy((F.col("id") % 7).alias("k")).count().rdd.getNumPartitions()
+
+    try:
+        for given, want in ((slots * 50, slots), (1, 1)):
+            spark.conf.set(SHUFFLE_PARTS, str(given))
+            with interpreted(spark, 10, 100) as small:
+                assert small and spark.conf.get("spark.sql.adaptive.enabled") == "false"
+                assert parts() == want
+            with interpreted(spark, 100, 100) as small:  # not small: as the session has it
+                assert not small and spark.conf.get(SHUFFLE_PARTS) == str(given)
+            assert spark.conf.get(SHUFFLE_PARTS) == str(given)
+    finally:
+        spark.conf.set(SHUFFLE_PARTS, own)

@@ -124,22 +124,35 @@ def _try_set(spark: SparkSession, key: str, value: str) -> bool:
 # plan after each: in the same hour's analysis (some 20 queries, most over a few thousand rows) the JVM's JIT
 # compiler threads took 12 of its 20 CPU seconds and the tasks 7; planned once, reconstruct + analyze 16.6-18.6 s
 # against 18.2-22.2 s (median 17.5 against 19.5, eight warm runs each, two alternations). Joins are then planned
-# from the tables' sizes alone, and shuffles keep spark.sql.shuffle.partitions parts: the files written stay one
-# per task slot at most (``TableStore.replace`` coalesces).
+# from the tables' sizes alone, and a shuffle keeps spark.sql.shuffle.partitions parts, which adaptive execution
+# would have coalesced: ``small_run_settings`` sets that to the cluster's task slots at most (a cluster set up for
+# big jobs may ask for hundreds, each a task an hour's rows do not need). The files written stay one per task slot
+# at most either way (``TableStore.replace`` coalesces).
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
                "spark.sql.adaptive.enabled": "false"}
+SHUFFLE_PARTS = "spark.sql.shuffle.partitions"
+
+
+def small_run_settings(spark: SparkSession) -> dict[str, str]:
+    """What a small run sets on its session: ``INTERPRETED``, and as many shuffle parts as the cluster runs tasks at
+    once (``default_parallelism``), or the session's own number where that is fewer."""
+    parts = default_parallelism(spark)
+    given = spark.conf.get(SHUFFLE_PARTS, None)
+    if given is not None and given.isdigit():
+        parts = min(parts, int(given))
+    return {**INTERPRETED, SHUFFLE_PARTS: str(max(1, parts))}
 
 
 @contextmanager
 def interpreted(spark: SparkSession, new_offsets: int | None, below: int) -> Iterator[bool]:
     """While the block runs, a run that goes on with fewer than ``below`` new log offsets (``new_offsets``; None: a
-    cluster rebuilt, never small) evaluates its expressions interpreted and plans each query once (``INTERPRETED``);
-    the session's settings are restored after. Yields whether it does: not where the session does not let a setting
-    change."""
+    cluster rebuilt, never small) evaluates its expressions interpreted and plans each query once
+    (``small_run_settings``); the session's settings are restored after. Yields whether it does: not where the session
+    does not let a setting change."""
     if new_offsets is None or new_offsets >= below:
         yield False
         return
-    with settings(spark, INTERPRETED) as on:
+    with settings(spark, small_run_settings(spark)) as on:
         if on:
             logging.getLogger("kraftlog").info("%d new offsets (below %d): expressions interpreted", new_offsets,
                                                below)
