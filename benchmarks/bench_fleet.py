@@ -7,8 +7,12 @@ For each input, on local[cores]:
 * **full**: the input minus its last 1% of records (by offset: the segments after that point left out, the one
   holding it cut at a batch boundary) is ingested, reconstructed and analysed into a fresh warehouse;
 * **increment**: the segments grow back to their full length (the next hour's 1%), and ingest,
-  reconstruct and analyse run again on the same warehouse; ``--increments N`` times (default 3), each from a copy
-  of the warehouse and input the full build left, and the median run (by reconstruct + analyze) is reported: one
+  reconstruct and analyse run again on the same warehouse; ``--increments N`` times (default 10), each from a copy
+  of the warehouse and input the full build left, in this process. Reported (by reconstruct + analyze): the median
+  of the first three runs, a process's first hours (its JVM warmed by the full build, but its JIT still compiling
+  the hour's own code paths), and the median of the last three as the **steady** hour (``STEADY_AFTER`` runs
+  before them), what each hour of a process or Spark Connect server kept up costs once its JIT has settled: on
+  the 5M cluster the JIT's CPU in an hour's analysis fell from 15 to 4-5 CPU-seconds over its first ten hours. One
   run's seconds vary by a quarter on a shared 2-core machine;
 * **increment as scheduled**: the same increment once more, run as an hourly schedule runs it: ``kraftlog run`` in
   a process of its own, a fresh JVM whose JIT compiles Spark's code anew (the runs above share this process's JVM,
@@ -214,6 +218,17 @@ def build_seconds(run: dict[str, Any]) -> float:
     return float(run["reconstruct_seconds"] + run["analyze_seconds"])
 
 
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of ``runs`` by ``build_seconds`` (the later of the two middle ones where they are even)."""
+    return sorted(runs, key=build_seconds)[len(runs) // 2]
+
+
+# the runs of the increment in one process before the last three make the steady hour (``run_input``): on the 5M
+# cluster the JIT's CPU in an hour's analysis went 15, 13, 11, 9, 8, 6, 5, 4.5, 4.4 CPU-seconds over a process's
+# first hours, and reconstruct + analyze from 19.7 to 14.1-14.5 s, after the seventh
+STEADY_AFTER = 7
+
+
 def through_connect(config: Any, inputs: Path, work: Path, hour: Callable[[], None], runs: int) -> dict[str, Any]:
     """The increment as an hourly schedule runs it on a Spark Connect server that stays up between runs (the DAG's
     ``connect`` shape): the server started with the profile's Spark settings, then ``runs`` hours, each ``kraftlog
@@ -225,8 +240,7 @@ def through_connect(config: Any, inputs: Path, work: Path, hour: Callable[[], No
         for _ in range(runs):
             hour()
             hours.append(as_scheduled(config, inputs, work, url))
-    warm = sorted(hours[1:], key=build_seconds)
-    return {"first_hour": hours[0], "hour": warm[len(warm) // 2] if warm else hours[0],
+    return {"first_hour": hours[0], "hour": median_run(hours[1:] or hours),
             "hours_build_seconds": [round(build_seconds(r), 1) for r in hours]}
 
 
@@ -242,9 +256,10 @@ def non_noop_records(spark: Any, config: Any) -> int:
 
 def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores: int, increments: int = 1,
               connect_runs: int = 0) -> dict[str, Any]:
-    """The full build, then the increment ``increments`` times, each from the warehouse and input the full build
-    left (the median run by reconstruct + analyze is reported, the others' seconds listed beside it), once as
-    scheduled (a fresh application) and ``connect_runs`` times through a Spark Connect server that stays up."""
+    """The full build, then the increment ``increments`` times in this process, each from the warehouse and input
+    the full build left (reported by reconstruct + analyze: the median of the first three runs, and where more than
+    ``STEADY_AFTER`` ran, the median of the last three as the steady hour; every run's seconds listed beside), once
+    as scheduled (a fresh application) and ``connect_runs`` times through a Spark Connect server that stays up."""
     config = with_warehouse(base, work, name)
     warehouse = Path(config.warehouse)
     inputs, cut = split_input(source, work / f"in-{name}")
@@ -274,15 +289,21 @@ def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores:
     result["increment_as_scheduled"] = as_scheduled(config, inputs, work)
     if connect_runs:
         result["increment_through_connect"] = through_connect(config, inputs, work, next_hour, connect_runs)
-    result["increment"] = sorted(runs, key=build_seconds)[len(runs) // 2]
+    result["increment"] = median_run(runs[:3])
+    if len(runs) >= STEADY_AFTER + 3:
+        result["increment_steady"] = median_run(runs[-3:])
     result["increment_runs_build_seconds"] = [round(build_seconds(r), 1) for r in runs]
     all_records = non_noop_records(spark, config)
     new = all_records - full_records
-    for part, n in (("full", full_records), ("increment", new)):
-        r = result[part]
+    for part, n in (("full", full_records), ("increment", new), ("increment_steady", new)):
+        r = result.get(part)
+        if r is None:
+            continue
         r["non_noop_records"] = n
         r["records_per_second_per_core"] = round(n / r["total_seconds"] / cores) if r["total_seconds"] else None
-    result["increment_build_share"] = round(build_seconds(result["increment"]) / build_seconds(result["full"]), 3)
+    for part in ("increment", "increment_steady"):
+        if part in result:
+            result[f"{part}_build_share"] = round(build_seconds(result[part]) / build_seconds(result["full"]), 3)
     result["increment_as_scheduled_build_share"] = round(build_seconds(result["increment_as_scheduled"])
                                                          / build_seconds(result["full"]), 3)
     if connect_runs:
@@ -301,8 +322,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus" / "real")
     ap.add_argument("--copies", type=int, default=10, help="copies of the corpus (0: skip the corpus)")
     ap.add_argument("--cores", type=int, default=2)
-    ap.add_argument("--increments", type=int, default=3,
-                    help="runs of the increment, each from the full build's warehouse (the median is reported)")
+    ap.add_argument("--increments", type=int, default=STEADY_AFTER + 3,
+                    help="runs of the increment in this process, each from the full build's warehouse (the median of "
+                    f"the first three is reported, and of the last three where more than {STEADY_AFTER} ran)")
     ap.add_argument("--connect-runs", type=int, default=3,
                     help="hourly runs of the increment through one Spark Connect server (the first finds it cold; "
                     "0: none)")
@@ -333,17 +355,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"{'input':<12} {'part':<10} {'records':>10} {'ingest s':>8} {'recon s':>8} {'analyze s':>9} "
           f"{'rec/s/core':>10} {'driver JVM MB':>13} {'worker MB':>9}")
     for name, _ in inputs:
-        for part in ("full", "increment"):
+        parts = [p for p in ("full", "increment", "increment_steady") if p in results[name]]
+        for part in parts:
             r = results[name][part]
             print(f"{name:<12} {part:<10} {r['non_noop_records']:>10,} {r['ingest_seconds']:>8} "
                   f"{r['reconstruct_seconds']:>8} {r['analyze_seconds']:>9} {r['records_per_second_per_core']:>10} "
                   f"{r['peak_driver_jvm_mb']:>13} {r['peak_worker_mb']:>9}")
-        for part in ("full", "increment"):
+        for part in parts:
             print(f"{name} {part}: {cpu_line(results[name][part])}")
         cold = results[name]["increment_as_scheduled"]
+        steady = (f", steady (the median of hours {len(results[name]['increment_runs_build_seconds']) - 2}-"
+                  f"{len(results[name]['increment_runs_build_seconds'])} of one process) "
+                  f"{results[name]['increment_steady_build_share']:.1%}" if "increment_steady" in results[name] else "")
         print(f"{name}: the increment's reconstruct + analyze took {results[name]['increment_build_share']:.1%} "
-              f"of the full build's; as scheduled (kraftlog run, a fresh JVM) "
-              f"{results[name]['increment_as_scheduled_build_share']:.1%}, the run {cold['run_seconds']} s")
+              f"of the full build's in a process's first three hours{steady}; as scheduled (kraftlog run, a fresh "
+              f"JVM) {results[name]['increment_as_scheduled_build_share']:.1%}, the run {cold['run_seconds']} s")
+        print(f"{name}: the increment's runs, reconstruct + analyze: {results[name]['increment_runs_build_seconds']}")
         if "increment_through_connect" in results[name]:
             hour = results[name]["increment_through_connect"]["hour"]
             print(f"{name}: through a Spark Connect server that stays up (a fresh client an hour) "
