@@ -19,7 +19,7 @@ For each input, on local[cores]:
   warmed by the full build);
 * **increment through Spark Connect**: as the DAG's ``connect`` shape runs it: one Spark Connect server (local[cores],
   the profile's settings) kept up for ``--connect-runs`` hours, each ``kraftlog run`` a fresh client of it; the first
-  hour finds the server cold, the median of the others is reported.
+  hour finds the server cold, the median of the next three is reported, and the steady hour as above.
 
 Reported per step: seconds, non-NoOp records per second per core, peak resident memory of the
 driver's JVM and Python and of the Python workers. The big cluster is generated once per size and
@@ -223,6 +223,16 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return sorted(runs, key=build_seconds)[len(runs) // 2]
 
 
+def hours_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of the hours ``runs`` of one process or server, in order: the median of the first three (``hour``), the
+    median of the last three where more than ``STEADY_AFTER`` ran before them (``steady``), and every hour's
+    seconds."""
+    out = {"hour": median_run(runs[:3]), "hours_build_seconds": [round(build_seconds(r), 1) for r in runs]}
+    if len(runs) >= STEADY_AFTER + 3:
+        out["steady"] = median_run(runs[-3:])
+    return out
+
+
 # the runs of the increment in one process before the last three make the steady hour (``run_input``): on the 5M
 # cluster the JIT's CPU in an hour's analysis went 15, 13, 11, 9, 8, 6, 5, 4.5, 4.4 CPU-seconds over a process's
 # first hours, and reconstruct + analyze from 19.7 to 14.1-14.5 s, after the seventh
@@ -233,15 +243,14 @@ def through_connect(config: Any, inputs: Path, work: Path, hour: Callable[[], No
     """The increment as an hourly schedule runs it on a Spark Connect server that stays up between runs (the DAG's
     ``connect`` shape): the server started with the profile's Spark settings, then ``runs`` hours, each ``kraftlog
     run`` as a fresh client process after ``hour()`` (the full build's warehouse and the grown input). The first
-    hour finds the server's JVM cold; the median of the others is reported."""
+    hour finds the server's JVM cold: the others are reported (``hours_of``)."""
     with connect_server(work, config.spark["master"], {k: str(v) for k, v in config.spark.get("conf", {}).items()},
                         long_lived=True) as url:
         hours = []
         for _ in range(runs):
             hour()
             hours.append(as_scheduled(config, inputs, work, url))
-    return {"first_hour": hours[0], "hour": median_run(hours[1:] or hours),
-            "hours_build_seconds": [round(build_seconds(r), 1) for r in hours]}
+    return {"first_hour": hours[0], **hours_of(hours[1:] or hours)}
 
 
 def non_noop_records(spark: Any, config: Any) -> int:
@@ -289,10 +298,11 @@ def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores:
     result["increment_as_scheduled"] = as_scheduled(config, inputs, work)
     if connect_runs:
         result["increment_through_connect"] = through_connect(config, inputs, work, next_hour, connect_runs)
-    result["increment"] = median_run(runs[:3])
-    if len(runs) >= STEADY_AFTER + 3:
-        result["increment_steady"] = median_run(runs[-3:])
-    result["increment_runs_build_seconds"] = [round(build_seconds(r), 1) for r in runs]
+    hours = hours_of(runs)
+    result["increment"] = hours["hour"]
+    if "steady" in hours:
+        result["increment_steady"] = hours["steady"]
+    result["increment_runs_build_seconds"] = hours["hours_build_seconds"]
     all_records = non_noop_records(spark, config)
     new = all_records - full_records
     for part, n in (("full", full_records), ("increment", new), ("increment_steady", new)):
@@ -306,9 +316,10 @@ def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores:
             result[f"{part}_build_share"] = round(build_seconds(result[part]) / build_seconds(result["full"]), 3)
     result["increment_as_scheduled_build_share"] = round(build_seconds(result["increment_as_scheduled"])
                                                          / build_seconds(result["full"]), 3)
-    if connect_runs:
-        result["increment_through_connect_build_share"] = round(
-            build_seconds(result["increment_through_connect"]["hour"]) / build_seconds(result["full"]), 3)
+    for part in ("hour", "steady"):
+        if part in result.get("increment_through_connect", {}):
+            result[f"increment_through_connect_{part}_build_share"] = round(
+                build_seconds(result["increment_through_connect"][part]) / build_seconds(result["full"]), 3)
     return result
 
 
@@ -325,7 +336,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--increments", type=int, default=STEADY_AFTER + 3,
                     help="runs of the increment in this process, each from the full build's warehouse (the median of "
                     f"the first three is reported, and of the last three where more than {STEADY_AFTER} ran)")
-    ap.add_argument("--connect-runs", type=int, default=3,
+    ap.add_argument("--connect-runs", type=int, default=1 + STEADY_AFTER + 3,
                     help="hourly runs of the increment through one Spark Connect server (the first finds it cold; "
                     "0: none)")
     ap.add_argument("--json", type=Path)
@@ -372,9 +383,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"JVM) {results[name]['increment_as_scheduled_build_share']:.1%}, the run {cold['run_seconds']} s")
         print(f"{name}: the increment's runs, reconstruct + analyze: {results[name]['increment_runs_build_seconds']}")
         if "increment_through_connect" in results[name]:
-            hour = results[name]["increment_through_connect"]["hour"]
+            connect = results[name]["increment_through_connect"]
+            steady = (f", steady {results[name]['increment_through_connect_steady_build_share']:.1%} (the run "
+                      f"{connect['steady']['run_seconds']} s)" if "steady" in connect else "")
             print(f"{name}: through a Spark Connect server that stays up (a fresh client an hour) "
-                  f"{results[name]['increment_through_connect_build_share']:.1%}, the run {hour['run_seconds']} s")
+                  f"{results[name]['increment_through_connect_hour_build_share']:.1%} in its first hours after the "
+                  f"cold one (the run {connect['hour']['run_seconds']} s){steady}; its hours, reconstruct + analyze: "
+                  f"{connect['hours_build_seconds']} after the first {build_seconds(connect['first_hour']):.1f}")
     save_results(args.json, results)
     return results
 
