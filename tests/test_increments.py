@@ -25,6 +25,7 @@ from services import arrow_rows, copy_upto, spark_jobs, table_rows
 from kraftlog.analytics.definitions import WINDOW, event_tables, increment_of
 from kraftlog.analytics.events import Inputs
 from kraftlog.config import Config
+from kraftlog.errors import NotBuilt
 from kraftlog.spark import analyze as analyze_module
 from kraftlog.spark import history as history_module
 from kraftlog.spark.analyze import AnalyzeResult, analyze, last_analyses, partition_inputs, plan_events
@@ -35,7 +36,7 @@ from kraftlog.spark.ingest import ingest
 from kraftlog.spark.landed import Landed, landing_runs
 from kraftlog.spark.predicates import SQL_TERMS, Scope
 from kraftlog.spark.session import INTERPRETED, SHUFFLE_PARTS, default_parallelism, described
-from kraftlog.spark.store import store_for
+from kraftlog.spark.store import DeltaRsStore, store_for
 from kraftlog.state.entities import history_tables
 from kraftlog.state.replay import Replayer, TopicsRead
 from kraftlog.tables.definitions import TableDef
@@ -488,6 +489,45 @@ def test_a_window_an_analysis_ended_before_it_stopped_short_of_its_state_row_kee
     assert windows == {"under_replicated": [(3, 6)], "under_min_isr": [(4, 6)]}
     scratch.step(inputs, wh)
     scratch.check(spark)
+
+
+def test_a_reconstruct_stopped_while_committing_is_rebuilt_from_the_bases_by_the_next(spark: Any,
+                                                                                       tmp_path: Path) -> None:
+    """A history build commits table after table, then its ``replay_state`` rows. One that stops between (killed, a
+    commit failed) leaves tables holding its rows beside tables and a state without them: going on from that state
+    would read its image from rows written after it and add their versions again. The next build replays every
+    cluster from its base instead, and until it has, what reads the histories (``analyze``) says so."""
+    t0 = uid(803)
+
+    def change(**fields: Any) -> tuple[Any, ...]:
+        return "meta", "PARTITION_CHANGE_RECORD", 0, {"topic_id": t0, "partition_id": 0, **fields}
+
+    log = [("meta", "TOPIC_RECORD", 0, {"topic_id": t0, "name": "t0"}),
+           ("meta", "PARTITION_RECORD", 0, {"topic_id": t0, "partition_id": 0, "replicas": [1, 2, 3],
+                                            "isr": [1, 2, 3], "removing_replicas": [], "adding_replicas": [],
+                                            "leader": 1, "leader_epoch": 0, "partition_epoch": 0}),
+           change(isr=[1, 2]), ("meta", "NO_OP_RECORD", 0, {}), change(isr=[1, 2, 3]), change(leader=2),
+           change(isr=[2, 3]), change(isr=[1, 2, 3])]
+    source, inputs, wh, config, scratch = built_upto(spark, tmp_path, log, 3)
+    partitions = history_tables()["partitions"].name
+
+    def stop_after_partitions(table: str) -> None:
+        if table == partitions:
+            raise OSError("the build is stopped here")
+
+    ingest(spark, [str(copy_upto(source, inputs, 6))], config)
+    with pytest.raises(OSError, match="stopped here"):
+        reconstruct(spark, config, store=DeltaRsStore(spark, config.warehouse, after_commit=stop_after_partitions))
+    with pytest.raises(NotBuilt, match=r"incomplete: reconstruct \S+ is committing them, or stopped while it was"):
+        analyze(spark, config)
+    built, events = land_build_analyze(spark, copy_upto(source, inputs, 7), wh)
+    assert (built.clusters, built.resumed) == (1, 0), built.line()
+    assert events.plan.rebuilt == ["c"], events.line()
+    assert not (wh / "_kraftlog" / "committing" / "reconstruct.json").exists()
+    scratch.step(inputs, wh)
+    scratch.check(spark)
+    again, _ = land_build_analyze(spark, copy_upto(source, inputs, 8), wh)  # and the next goes on again
+    assert again.resumed == 1, again.line()
 
 
 def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluster_tables(spark: Any,

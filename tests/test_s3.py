@@ -84,6 +84,10 @@ def test_the_pipeline_on_s3_equals_the_local_run(spark: Any, sample_events: Any,
     assert len(read_table(wh, "leader_elections")) == len(read_table(local_wh, "leader_elections")) > 0
     # the lease objects live beside the tables, on the same storage
     assert storage.is_dir("s3://kraftlog/warehouse/_kraftlog/lease")
+    # and so does the history build's commit mark: put before its commits, deleted after the last
+    mark = "/kraftlog/warehouse/_kraftlog/committing/reconstruct.json"
+    assert [m for m, p in sent if p == mark and m != "GET"] == ["PUT"]  # (each check for it: one GET)
+    assert not storage.exists("s3:/" + mark)
 
 
 def test_a_read_is_one_get_and_a_delete_one_request(s3: dict[str, str], moto_dir: Path) -> None:

@@ -29,7 +29,7 @@ from kraftlog.config import Config
 from kraftlog.errors import ClusterNotFound, NotBuilt, UsageError
 from kraftlog.points import check_in_log
 from kraftlog.spark.bases import ClusterBase, LandedTables, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
-from kraftlog.spark.increments import last_builds, plan_build, state_table_rows
+from kraftlog.spark.increments import Plan, last_builds, plan_build, state_table_rows
 from kraftlog.spark.replay import output_tables, replay
 from kraftlog.spark.session import interpreted
 from kraftlog.spark.store import StagedFile, TableStore, new_run_id, store_for, writing
@@ -99,6 +99,9 @@ class ReconstructResult:
                 + ("; expressions interpreted" if self.interpreted else ""))
 
 
+RECONSTRUCT = "reconstruct"  # what a history build's lease and its commit mark are taken for
+
+
 def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = None,
                 clusters: list[str] | None = None, full: bool = False) -> ReconstructResult:
     """Bring the entity histories up to date with the landed tables: clusters whose log only grew go on from
@@ -106,7 +109,7 @@ def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = 
     ``full`` replays every cluster from its base."""
     store = store or store_for(spark, config)
     build_id = new_run_id()
-    with writing(store, config, build_id, "reconstruct"):
+    with writing(store, config, build_id, RECONSTRUCT):
         return _reconstruct(spark, store, build_id, clusters, full, config.interpreted_below)
 
 
@@ -121,6 +124,11 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
     if remade and clusters is not None:
         log.warning("%s created anew: every cluster is rebuilt, not only %s", ", ".join(remade), ", ".join(clusters))
         clusters = None
+    stopped = store.stopped(RECONSTRUCT)
+    if stopped is not None:  # its tables hold some of its commits and not others: nothing to go on from
+        log.warning("reconstruct %s stopped while committing the histories: every cluster is replayed from its base",
+                    stopped)
+        clusters, full = None, True
     source = landed(store)
     last = last_builds(spark, store, clusters, full)
     with interpreted(spark, last.landed_offsets, interpreted_below) as small:
@@ -132,32 +140,45 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
         everything = clusters is None and plan.from_scratch  # every table replaced in one commit each
         done: list[dict[str, Any]] = []
         t_replay = t_plan
+        files: list[StagedFile] | None = None
+        ranges = replay_ranges_table()
         if plan.run or plan.gone or everything:
             files = replay(spark, store, source, plan.run, build_id, state=plan.state, record_types=plan.record_types)
             t_replay = time.time()
-            ranges = replay_ranges_table()
-            kinds = {t.name: kind for kind, t in history_tables().items()}
-            for t in output_tables():
-                mine = [f for f in files if f.table == t.name]
-                where = None if everything else plan.cluster_where() if t is ranges \
-                    else plan.history_where(kinds[t.name])
-                if where is None and not everything:  # none of its rows change (going on, no topic named)
-                    if mine:
-                        raise RuntimeError(f"{t.name}: rows written where the build plans to replace none")
-                    continue
-                store.overwrite(t, mine, build_id, where)
-                rows[t.name] = sum(f.num_records for f in mine)
             done = [r.asDict() for r in store.read_staged(ranges, files).collect()]
-        if done or plan.gone or plan.refreshed or everything:
-            state = pa.Table.from_pylist(state_table_rows(plan, done, build_id), schema=state_table.schema)
-            store.overwrite(state_table, store.stage_small(state_table, state, build_id), build_id,
-                            None if everything else plan.cluster_where(refreshed=True))
+        if files is not None or plan.gone or plan.refreshed or everything:
+            with store.committing(RECONSTRUCT, build_id):  # the histories, then the state (where each cluster stands)
+                if files is not None:
+                    rows.update(_commit_histories(store, plan, files, everything, build_id))
+                if done or plan.gone or plan.refreshed or everything:
+                    state = pa.Table.from_pylist(state_table_rows(plan, done, build_id), schema=state_table.schema)
+                    store.overwrite(state_table, store.stage_small(state_table, state, build_id), build_id,
+                                    None if everything else plan.cluster_where(refreshed=True))
     for name, n in rows.items():
         log.info("%s: %d rows", name, n)
     log.info("phases: plan %.1f s, replay %.1f s, commit %.1f s", t_plan - t0, t_replay - t_plan,
              time.time() - t_replay)
     return ReconstructResult(build_id, len(plan.run), rows, time.time() - t0, len(plan.resumed), len(plan.unchanged),
                              len(plan.read_whole), small)
+
+
+def _commit_histories(store: TableStore, plan: Plan, files: list[StagedFile], everything: bool, build_id: str
+                      ) -> dict[str, int]:
+    """Commit the replay's staged ``files`` to the tables it writes (``everything``: each replaced whole, else the rows
+    the plan replaces); rows committed by table."""
+    ranges = replay_ranges_table()
+    kinds = {t.name: kind for kind, t in history_tables().items()}
+    rows = {}
+    for t in output_tables():
+        mine = [f for f in files if f.table == t.name]
+        where = None if everything else plan.cluster_where() if t is ranges else plan.history_where(kinds[t.name])
+        if where is None and not everything:  # none of its rows change (going on, no topic named)
+            if mine:
+                raise RuntimeError(f"{t.name}: rows written where the build plans to replace none")
+            continue
+        store.overwrite(t, mine, build_id, where)
+        rows[t.name] = sum(f.num_records for f in mine)
+    return rows
 
 
 def read_histories(store: TableStore) -> History:
@@ -200,6 +221,11 @@ def built_clusters(store: TableStore) -> dict[str, dict[str, Any]]:
         rows = store.read(ranges).select(*ranges.columns, F.unix_millis("base_timestamp").alias("base_ms")).collect()
     except Exception as e:  # no build yet
         raise NotBuilt(f"no entity histories under {store.warehouse}: run `kraftlog reconstruct` first") from e
+    stopped = store.stopped(RECONSTRUCT)
+    if stopped is not None:
+        raise NotBuilt(f"the entity histories under {store.warehouse} are incomplete: reconstruct {stopped} is "
+                       "committing them, or stopped while it was (then run `kraftlog reconstruct`: it replays every "
+                       "cluster from its base)")
     return {r["cluster_id"]: r.asDict() for r in rows}
 
 

@@ -488,6 +488,28 @@ class TableStore(ABC):
         self._apply(manifest)
         self.storage.delete(uri)
 
+    # -- builds committing -------------------------------------------------------------------------------
+    def _committing(self, purpose: str) -> str:
+        return join(self.warehouse, "_kraftlog", "committing", f"{purpose}.json")
+
+    @contextmanager
+    def committing(self, purpose: str, build_id: str) -> Iterator[None]:
+        """Mark a build of ``purpose`` as committing while the block runs: the mark is written before its first
+        commit and removed after its last, so a build that stops between them (killed, or a commit failed) leaves
+        it for the next to find (``stopped``): its tables hold some of its commits and not others."""
+        uri = self._committing(purpose)
+        self.storage.write_bytes(uri, json.dumps({"build_id": build_id}).encode())  # whole or not at all
+        yield  # (not removed when the block raises: the build stopped)
+        self.storage.delete(uri)
+
+    def stopped(self, purpose: str) -> str | None:
+        """The id of the build of ``purpose`` that stopped while committing (``committing``); None: none did."""
+        try:
+            mark = self.storage.read_bytes(self._committing(purpose))  # (one GET on an object store)
+        except FileNotFoundError:
+            return None
+        return str(json.loads(mark)["build_id"])
+
     def discard_staging(self, run_id: str) -> None:
         """Remove a run's scratch files (the index of competing files, delta-spark's staged files)."""
         self.storage.delete_tree(join(self.warehouse, "_kraftlog", "staging", run_id))
