@@ -225,7 +225,7 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def hours_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Of the hours ``runs`` of one process or server, in order: the median of the first three (``hour``), the
-    median of the last three where more than ``STEADY_AFTER`` ran before them (``steady``), and every hour's
+    median of the last three where at least ``STEADY_AFTER`` ran before them (``steady``), and every hour's
     seconds."""
     out = {"hour": median_run(runs[:3]), "hours_build_seconds": [round(build_seconds(r), 1) for r in runs]}
     if len(runs) >= STEADY_AFTER + 3:
@@ -233,9 +233,9 @@ def hours_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-# the runs of the increment in one process before the last three make the steady hour (``run_input``): on the 5M
+# the hours of one process that come before the three whose median is its steady hour (``hours_of``): on the 5M
 # cluster the JIT's CPU in an hour's analysis went 15, 13, 11, 9, 8, 6, 5, 4.5, 4.4 CPU-seconds over a process's
-# first hours, and reconstruct + analyze from 19.7 to 14.1-14.5 s, after the seventh
+# hours 2-10, and reconstruct + analyze from 19.7 s to 14.1-14.5 s in hours 8-10
 STEADY_AFTER = 7
 
 
@@ -266,9 +266,10 @@ def non_noop_records(spark: Any, config: Any) -> int:
 def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores: int, increments: int = 1,
               connect_runs: int = 0) -> dict[str, Any]:
     """The full build, then the increment ``increments`` times in this process, each from the warehouse and input
-    the full build left (reported by reconstruct + analyze: the median of the first three runs, and where more than
-    ``STEADY_AFTER`` ran, the median of the last three as the steady hour; every run's seconds listed beside), once
-    as scheduled (a fresh application) and ``connect_runs`` times through a Spark Connect server that stays up."""
+    the full build left (reported by reconstruct + analyze: the median of the first three runs, and where at least
+    ``STEADY_AFTER`` ran before the last three, their median as the steady hour; every run's seconds listed beside),
+    once as scheduled (a fresh application) and ``connect_runs`` times through a Spark Connect server that stays
+    up."""
     config = with_warehouse(base, work, name)
     warehouse = Path(config.warehouse)
     inputs, cut = split_input(source, work / f"in-{name}")
@@ -335,7 +336,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--increments", type=int, default=STEADY_AFTER + 3,
                     help="runs of the increment in this process, each from the full build's warehouse (the median of "
-                    f"the first three is reported, and of the last three where more than {STEADY_AFTER} ran)")
+                    f"the first three is reported, and of the last three where at least {STEADY_AFTER} ran before "
+                    "them)")
     ap.add_argument("--connect-runs", type=int, default=1 + STEADY_AFTER + 3,
                     help="hourly runs of the increment through one Spark Connect server (the first finds it cold; "
                     "0: none)")
