@@ -15,6 +15,7 @@ from conftest import SAMPLE, examples, load_job, split_replays
 from deltalake import DeltaTable
 from history_gen import GenCluster, clusters, write_cluster
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from kraftlog.cli import main
@@ -24,6 +25,7 @@ from kraftlog.spark.history import (
     diff,
     image_at,
     landed,
+    offset_at,
     read_histories,
     state_at,
 )
@@ -424,3 +426,24 @@ def test_the_runs_of_landed_log_offsets_start_where_the_local_rule_says(spark: A
     start = gapped.inner if gapped.inner is not None else gapped.first
     assert start == run_start(offsets)
     assert runs["whole"].inner is None and (runs["whole"].first, runs["whole"].last) == (100, 104)
+
+
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.sampled_from([0, 0, 0, 1, 5, 40]), st.integers(-5, 20)), max_size=40),
+       at=st.integers(80, 400), span=st.sampled_from([1, 2, 1024]), known=st.sampled_from([None, "first", "last"]))
+def test_offset_at_is_the_last_record_at_or_before_the_time_read_from_the_end(
+        spark: Any, steps: list[tuple[int, int]], at: int, span: int, known: str | None) -> None:
+    """``offset_at`` reads from the first record after the time on (and back as far as the log has a gap): the
+    same answer as the last offset among every record at or before the time, where offsets skip (a gap in the log)
+    and times go back (a controller's clock behind), other clusters' and snapshot rows beside."""
+    rows, offset, ms = [], -1, 100
+    for gap, step in steps:
+        offset, ms = offset + gap + 1, ms + step
+        rows.append(("c", "log", offset, ms))
+    mine = [(o, t) for _, _, o, t in rows]
+    rows += [("other", "log", offset + 7, 0), ("c", "snapshot", offset + 9, 0)]
+    records = spark.createDataFrame([(c, s, o, datetime.fromtimestamp(t / 1000, UTC)) for c, s, o, t in rows],
+                                    "cluster_id string, source string, log_offset long, timestamp timestamp")
+    hint = {None: None, "first": mine[0][0] if mine else None, "last": mine[-1][0] if mine else None}[known]
+    expected = max((o for o, t in mine if t <= at), default=-1)
+    assert offset_at(records, "c", at, hint, span=span) == expected

@@ -16,12 +16,12 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.events import valid_at
@@ -195,12 +195,38 @@ def state_at(histories: History, cluster_id: str, offset: int, kinds: Iterable[s
             for k, df in histories.items() if k in wanted}
 
 
-def offset_at(records: DataFrame, cluster_id: str, timestamp_ms: int) -> int:
-    """The last log offset whose record time is at or before ``timestamp_ms`` (-1 if none)."""
-    row = (records.filter((F.col("cluster_id") == cluster_id) & (F.col("source") == "log")
-                          & (F.col("timestamp") <= F.timestamp_millis(F.lit(timestamp_ms))))
-           .agg(F.max("log_offset").alias("o")).first())
-    return -1 if row is None or row["o"] is None else int(row["o"])
+def offset_at(records: DataFrame, cluster_id: str, timestamp_ms: int, known: int | None = None,
+              span: int = 1024) -> int:
+    """The last log offset whose record time is at or before ``timestamp_ms`` (-1 if none).
+
+    Read from the records at the end of the log, not from every record (a cluster's log grows by a NoOp record every
+    half second, for years): the first record after the time, then the records from just before it on (times grow
+    with offsets, but can go back where a controller's clock was behind: a later record can still be at or before
+    the time; ``span`` offsets before it, more only where no record is there: a gap in the log). Where no record is
+    after the time the last record is the one: looked for from ``known`` (an offset the log holds) on, else (or
+    where none is there) among every record."""
+    log = records.filter((F.col("cluster_id") == cluster_id) & (F.col("source") == "log"))
+    at = F.timestamp_millis(F.lit(timestamp_ms))
+    after = _max_offset(log.filter(F.col("timestamp") > at), F.min)
+    if after is None:  # every record is at or before the time: the last one
+        last = None if known is None else _max_offset(log.filter(F.col("log_offset") >= known))
+        last = _max_offset(log) if last is None else last
+        return -1 if last is None else last
+    while True:  # the record before ``after`` (all before it are at or before the time), or a later one that is
+        lo = after - span
+        found = _max_offset(log.filter((F.col("log_offset") >= lo)
+                                       & ((F.col("log_offset") < after) | (F.col("timestamp") <= at))))
+        if found is not None:
+            return found
+        if lo <= 0 or not log.filter(F.col("log_offset") < lo).limit(1).collect():
+            return -1
+        span *= 16
+
+
+def _max_offset(df: DataFrame, agg: Callable[[str], Column] = F.max) -> int | None:
+    """The greatest (``agg``: or least) ``log_offset`` of ``df``; None where it holds no row."""
+    row = df.agg(agg("log_offset").alias("o")).first()
+    return None if row is None or row["o"] is None else int(row["o"])
 
 
 def to_image(state: History, offset: int = -1, timestamp_ms: int = 0) -> Image:
@@ -215,10 +241,12 @@ def to_image(state: History, offset: int = -1, timestamp_ms: int = 0) -> Image:
 
 
 def built_clusters(store: TableStore) -> dict[str, dict[str, Any]]:
-    """The ``replay_ranges`` rows of the last history build, by cluster."""
+    """The ``replay_ranges`` rows of the last history build, by cluster (with ``base_ms`` and ``last_ms``: its
+    timestamps in epoch milliseconds)."""
     ranges = replay_ranges_table()
     try:
-        rows = store.read(ranges).select(*ranges.columns, F.unix_millis("base_timestamp").alias("base_ms")).collect()
+        rows = store.read(ranges).select(*ranges.columns, F.unix_millis("base_timestamp").alias("base_ms"),
+                                         F.unix_millis("last_timestamp").alias("last_ms")).collect()
     except Exception as e:  # no build yet
         raise NotBuilt(f"no entity histories under {store.warehouse}: run `kraftlog reconstruct` first") from e
     stopped = store.stopped(RECONSTRUCT)
@@ -238,7 +266,7 @@ def image_at(store: TableStore, cluster_id: str, offset: int | None = None, time
     r = ranges[cluster_id]
     records = store.read(catalog()["records"])
     if timestamp_ms is not None:
-        offset = offset_at(records, cluster_id, timestamp_ms)
+        offset = offset_at(records, cluster_id, timestamp_ms, r["last_offset"])
     last = r["last_offset"] if r["last_offset"] is not None else r["base_offset"]
     floor = r["base_offset"] if r["base_snapshot_id"] is not None else (r["first_offset"] or 0) - 1
     if offset is None:
