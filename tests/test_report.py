@@ -153,3 +153,39 @@ def test_activity_bins_scale_with_the_period_and_long_tables_fold(spark: Any, sa
     quiet = build_report(store, None, Period(datetime(2026, 11, 21, 3, 4, 0, tzinfo=UTC),
                                              datetime(2026, 11, 21, 3, 4, 1, tzinfo=UTC))).html()
     assert "No elections." in quiet and "No events in the period." in quiet  # one line, not a blank plot
+
+
+def test_the_now_panel_of_a_period_ending_after_the_last_record_reads_no_record(spark: Any, sample_events: Any,
+                                                                                  monkeypatch: Any) -> None:
+    """The end offset of a period (``end_offset``): where the last record built is at or before the period's end (an
+    hourly report of the latest hour, or of the whole log) it is that record's, found without reading the records
+    table (whose every row ``offset_at`` would scan); else the last record at or before the end, as ``offset_at``
+    finds it. Both equal ``offset_at``'s answer."""
+    from datetime import UTC, datetime
+
+    from kraftlog.analytics.report import Period
+    from kraftlog.spark import reports
+    from kraftlog.spark.history import built_clusters, offset_at
+    from kraftlog.spark.store import open_store
+    from kraftlog.tables.definitions import catalog
+
+    wh, _ = sample_events
+    store = open_store(spark, str(wh))
+    [(cluster_id, built)] = built_clusters(store).items()
+    last, last_ms = built["last_offset"], built["last_ms"]
+    records = store.read(catalog()["records"])
+
+    def period(end_ms: int) -> Period:
+        return Period(None, datetime.fromtimestamp(end_ms / 1000, UTC))
+
+    def unread(*_: Any) -> int:
+        raise AssertionError("offset_at read the records")
+
+    for end_ms in (last_ms, last_ms + 3_600_000):  # at the last record's time, an hour after it
+        with monkeypatch.context() as m:
+            m.setattr(reports, "offset_at", unread)
+            assert reports.end_offset(store, built, cluster_id, period(end_ms)) == last
+        assert min(last, offset_at(records, cluster_id, end_ms)) == last
+    earlier = reports.end_offset(store, built, cluster_id, period(last_ms - 1))  # the records read
+    assert earlier == offset_at(records, cluster_id, last_ms - 1) < last
+    assert reports.end_offset(store, built, cluster_id, Period()) == last

@@ -37,9 +37,15 @@ class Period:
         return f"{fmt(self.start, 'the start of the log')} to {fmt(self.end, 'the end of the log')}"
 
 
+# what the "now" panel draws of the image at the end of the period: the columns of each entity kind (None: all of
+# them; of the partitions, only how many there are and their leaders: a big cluster has 100k+)
+NOW_COLUMNS: dict[str, tuple[str, ...] | None] = {
+    "brokers": None, "partitions": ("topic_id", "partition_id", "leader"), "voters": None, "features": None}
+
+
 @dataclass
 class Now:
-    """The image at the end of the period: ``frames`` by entity kind (brokers, partitions, voters, features)."""
+    """The image at the end of the period: ``frames`` by entity kind (``NOW_COLUMNS``)."""
 
     offset: int
     frames: dict[str, pd.DataFrame]

@@ -13,13 +13,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.definitions import event_tables
-from kraftlog.analytics.report import Activity, Now, Period, Report, bin_seconds, render_index, report_name
+from kraftlog.analytics.report import NOW_COLUMNS, Activity, Now, Period, Report, bin_seconds, render_index, report_name
 from kraftlog.identity import choose_cluster
-from kraftlog.spark.history import built_clusters, offset_at, read_histories, state_at
+from kraftlog.spark.history import built_clusters, offset_at, state_at
 from kraftlog.spark.predicates import of_clusters
+from kraftlog.spark.session import JobThreads
 from kraftlog.spark.store import TableStore
+from kraftlog.state.entities import history_tables
 from kraftlog.storage import join, normalize
-from kraftlog.tables.definitions import catalog
+from kraftlog.tables.definitions import TableDef, catalog
 
 
 def in_period(df: DataFrame, period: Period) -> DataFrame:
@@ -40,42 +42,57 @@ def in_period(df: DataFrame, period: Period) -> DataFrame:
     return df
 
 
-def report_frames(store: TableStore, cluster_ids: list[str], period: Period) -> dict[str, dict[str, pd.DataFrame]]:
+def report_frames(store: TableStore, cluster_ids: list[str], period: Period, jobs: int = 4
+                  ) -> dict[str, dict[str, pd.DataFrame]]:
     """The event rows of some clusters in the period, as pandas frames by cluster and table name (one read of
-    each table for all the clusters)."""
-    out: dict[str, dict[str, pd.DataFrame]] = {c: {} for c in cluster_ids}
-    for name, table in event_tables().items():
-        df: pd.DataFrame = in_period(store.read(table).filter(of_clusters(cluster_ids)),
-                                      period).toPandas()
-        for c in cluster_ids:
-            out[c][name] = df[df["cluster_id"] == c].drop(columns="cluster_id").reset_index(drop=True)
-    return out
+    each table for all the clusters, ``jobs`` tables at a time: a table's read is planned while others run)."""
+    def read(table: TableDef) -> pd.DataFrame:
+        return in_period(store.read(table).filter(of_clusters(cluster_ids)), period).toPandas()
 
-
-NOW_KINDS = ("brokers", "partitions", "voters", "features")  # what the "now" panel shows of the image
+    with JobThreads(store.spark, jobs) as pool:
+        read_ = {name: pool.submit(read, table) for name, table in event_tables().items()}
+        tables = {name: future.result() for name, future in read_.items()}
+    return {c: {name: df[df["cluster_id"] == c].drop(columns="cluster_id").reset_index(drop=True)
+                for name, df in tables.items()} for c in cluster_ids}
 
 
 def now_frames(store: TableStore, ranges: dict[str, Any], cluster_ids: list[str], period: Period
                ) -> dict[str, Now]:
-    """Per cluster: the image (``NOW_KINDS``) at the end of the period, from the histories."""
-    histories = read_histories(store)
-    records = store.read(catalog()["records"])
+    """Per cluster: what the report draws of the image at the end of the period (``NOW_COLUMNS``), from the
+    histories."""
+    tables = history_tables()
+    histories = {kind: store.read(tables[kind]) for kind in NOW_COLUMNS}
     out = {}
     for c in cluster_ids:
-        r = ranges[c]
-        last = r["last_offset"] if r["last_offset"] is not None else r["base_offset"]
-        offset = last if period.end is None else min(last, offset_at(records, c, int(period.end.timestamp() * 1000)))
-        state = state_at(histories, c, offset, NOW_KINDS)
-        out[c] = Now(offset, {k: df.drop("cluster_id").toPandas() for k, df in state.items()})
+        offset = end_offset(store, ranges[c], c, period)
+        state = state_at(histories, c, offset)
+        out[c] = Now(offset, {k: (df.select(*cols) if (cols := NOW_COLUMNS[k]) else df.drop("cluster_id")).toPandas()
+                              for k, df in state.items()})
     return out
+
+
+def end_offset(store: TableStore, built: dict[str, Any], cluster_id: str, period: Period) -> int:
+    """The last offset built (``built``: the cluster's ``built_clusters`` row) at or before the end of ``period``.
+
+    Where the last record built is at or before the end (a report of the whole log, or of a period that ends after
+    what landed), that record's, and no record is read; else ``offset_at``'s (which reads from the first record
+    after the end on)."""
+    last = built["last_offset"] if built["last_offset"] is not None else built["base_offset"]
+    if period.end is None:
+        return int(last)
+    end_ms = int(period.end.timestamp() * 1000)
+    if built["last_offset"] is not None and built["last_ms"] is not None and built["last_ms"] <= end_ms:
+        return int(last)  # (the last offset is the greatest, and its time is at or before the end)
+    return min(last, offset_at(store.read(catalog()["records"]), cluster_id, end_ms, built["last_offset"]))
 
 
 def activity_frames(store: TableStore, cluster_ids: list[str], period: Period) -> dict[str, Activity]:
     """Per cluster: its log records in the period, counted in bins scaled to the period's span (``bin_seconds``)."""
     log = in_period(store.read(catalog()["records"]).filter(of_clusters(cluster_ids)
                                                             & (F.col("source") == "log")), period)
-    spans = {r["cluster_id"]: r for r in log.groupBy("cluster_id").agg(
-        F.min(F.unix_seconds("timestamp")).alias("lo"), F.max(F.unix_seconds("timestamp")).alias("hi")).collect()}
+    spans = {} if period.start and period.end else {  # (an open end: where the cluster's records begin or end)
+        r["cluster_id"]: r for r in log.groupBy("cluster_id").agg(
+            F.min(F.unix_seconds("timestamp")).alias("lo"), F.max(F.unix_seconds("timestamp")).alias("hi")).collect()}
     widths = {}
     for c in cluster_ids:
         lo = int(period.start.timestamp()) if period.start else (spans[c]["lo"] if c in spans else 0)
@@ -98,10 +115,11 @@ def build_reports(store: TableStore, clusters: list[str] | None, period: Period)
     ranges = built_clusters(store)
     known = sorted(ranges)
     ids = [choose_cluster(known, c) for c in clusters] if clusters else known
-    frames = report_frames(store, ids, period)
-    now = now_frames(store, ranges, ids, period)
-    activity = activity_frames(store, ids, period)
-    return [Report(c, period, frames[c], now[c], activity[c]) for c in ids]
+    with JobThreads(store.spark, 2) as pool:  # (each its own Spark jobs, while the event tables are read)
+        now = pool.submit(now_frames, store, ranges, ids, period)
+        activity = pool.submit(activity_frames, store, ids, period)
+        frames = report_frames(store, ids, period)
+        return [Report(c, period, frames[c], now.result()[c], activity.result()[c]) for c in ids]
 
 
 def build_report(store: TableStore, cluster: str | None, period: Period) -> Report:
