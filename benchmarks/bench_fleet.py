@@ -7,7 +7,9 @@ For each input, on local[cores]:
 * **full**: the input minus its last 1% of records (by offset: the segments after that point left out, the one
   holding it cut at a batch boundary) is ingested, reconstructed and analysed into a fresh warehouse;
 * **increment**: the segments grow back to their full length (the next hour's 1%), and ingest,
-  reconstruct and analyse run again on the same warehouse; ``--increments N`` times (default 10), each from a copy
+  reconstruct and analyse run again on the same warehouse, then the reports of the clusters over the hour's period
+  (from the full build's last record on, as the DAG writes them: ``report_seconds``, outside the target's
+  reconstruct + analyze); ``--increments N`` times (default 10), each from a copy
   of the warehouse and input the full build left, in this process. Reported (by reconstruct + analyze): the median
   of the first three runs, a process's first hours (its JVM warmed by the full build, but its JIT still compiling
   the hour's own code paths), and the median of the last three as the **steady** hour (``STEADY_AFTER`` runs
@@ -38,6 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -147,19 +150,27 @@ def grow(source: Path, dest: Path) -> None:
             shutil.copyfile(f, target)
 
 
-def pipeline(spark: Any, config: Any, inputs: Path) -> dict[str, Any]:
+def pipeline(spark: Any, config: Any, inputs: Path, report_from: datetime | None = None) -> dict[str, Any]:
+    """Ingest, reconstruct and analyze ``inputs`` (and, from ``report_from`` on, the reports of every cluster, as
+    the DAG's hourly run writes them for its period), each step's seconds, CPU and peak memory."""
+    from kraftlog.analytics.report import Period
     from kraftlog.spark.analyze import analyze
     from kraftlog.spark.history import reconstruct
     from kraftlog.spark.ingest import ingest
+    from kraftlog.spark.reports import build_reports
+    from kraftlog.spark.store import store_for
 
     out: dict[str, Any] = {}
     jvm = jvm_pid(spark)
     driver = DriverMemory(jvm)
     driver.start()
     peaks = []
-    for step, run in (("ingest", lambda: ingest(spark, [str(inputs)], config)),
-                      ("reconstruct", lambda: reconstruct(spark, config)),
-                      ("analyze", lambda: analyze(spark, config))):
+    steps: list[tuple[str, Callable[[], Any]]] = [("ingest", lambda: ingest(spark, [str(inputs)], config)),
+                                                  ("reconstruct", lambda: reconstruct(spark, config)),
+                                                  ("analyze", lambda: analyze(spark, config))]
+    if report_from is not None:
+        steps.append(("report", lambda: build_reports(store_for(spark, config), None, Period(report_from))))
+    for step, run in steps:
         workers = WorkerMemory(jvm)  # per step: which step's tasks need the memory
         workers.start()
         cpu, py = jvm_cpu(jvm), python_cpu(jvm, (driver, workers))
@@ -187,7 +198,7 @@ def pipeline(spark: Any, config: Any, inputs: Path) -> dict[str, Any]:
 def cpu_line(run: dict[str, Any]) -> str:
     """What a run's steps used the CPU for: the JVM by what its threads do, the Python workers, the driver's Python."""
     parts = []
-    for step in ("ingest", "reconstruct", "analyze"):
+    for step in [s for s in ("ingest", "reconstruct", "analyze", "report") if f"{s}_seconds" in run]:
         jvm, py = run[f"jvm_cpu_{step}"], run[f"python_cpu_{step}"]
         parts.append(f"{step} {run[f'{step}_seconds']} s: JVM {sum(jvm.values()):.1f} ("
                      + ", ".join(f"{k} {v:.1f}" for k, v in jvm.items())
@@ -253,6 +264,15 @@ def through_connect(config: Any, inputs: Path, work: Path, hour: Callable[[], No
     return {"first_hour": hours[0], **hours_of(hours[1:] or hours)}
 
 
+def last_record_time(spark: Any, config: Any) -> datetime:
+    """Just after the earliest of the clusters' last records built: where an hourly run's reports begin."""
+    from kraftlog.spark.history import built_clusters
+    from kraftlog.spark.store import store_for
+
+    last_ms = min(r["last_ms"] for r in built_clusters(store_for(spark, config)).values() if r["last_ms"] is not None)
+    return datetime.fromtimestamp((last_ms + 1) / 1000, UTC)
+
+
 def non_noop_records(spark: Any, config: Any) -> int:
     from pyspark.sql import functions as F
 
@@ -285,12 +305,13 @@ def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores:
             shutil.rmtree(here)
             shutil.copytree(there, here)
 
+    hour_from = last_record_time(spark, config)  # the hour's reports cover what landed after the full build
     runs = []
     for i in range(increments):
         if i:
             from_the_full_build()
         grow(source, inputs)
-        runs.append(pipeline(spark, config, inputs))
+        runs.append(pipeline(spark, config, inputs, hour_from))
     def next_hour() -> None:
         from_the_full_build()
         grow(source, inputs)
@@ -304,6 +325,7 @@ def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores:
     if "steady" in hours:
         result["increment_steady"] = hours["steady"]
     result["increment_runs_build_seconds"] = hours["hours_build_seconds"]
+    result["increment_runs_report_seconds"] = [r["report_seconds"] for r in runs]
     all_records = non_noop_records(spark, config)
     new = all_records - full_records
     for part, n in (("full", full_records), ("increment", new), ("increment_steady", new)):
@@ -383,7 +405,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{name}: the increment's reconstruct + analyze took {results[name]['increment_build_share']:.1%} "
               f"of the full build's in a process's first three hours{steady}; as scheduled (kraftlog run, a fresh "
               f"JVM) {results[name]['increment_as_scheduled_build_share']:.1%}, the run {cold['run_seconds']} s")
-        print(f"{name}: the increment's runs, reconstruct + analyze: {results[name]['increment_runs_build_seconds']}")
+        print(f"{name}: the increment's runs, reconstruct + analyze: {results[name]['increment_runs_build_seconds']}; "
+              f"the reports of the hour's period: {results[name]['increment_runs_report_seconds']}")
         if "increment_through_connect" in results[name]:
             connect = results[name]["increment_through_connect"]
             steady = (f", steady {results[name]['increment_through_connect_steady_build_share']:.1%} (the run "
