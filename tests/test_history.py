@@ -447,3 +447,41 @@ def test_offset_at_is_the_last_record_at_or_before_the_time_read_from_the_end(
     hint = {None: None, "first": mine[0][0] if mine else None, "last": mine[-1][0] if mine else None}[known]
     expected = max((o for o, t in mine if t <= at), default=-1)
     assert offset_at(records, "c", at, hint, span=span) == expected
+
+
+@pytest.mark.parametrize("apart", [64, 1])
+def test_verify_reads_only_the_versions_that_can_hold_at_a_snapshot_it_checks(spark: Any, monkeypatch: Any,
+                                                                               apart: int) -> None:
+    """``holding_within``: every version that holds at one of the snapshots' offsets of its cluster passes (what the
+    comparison joins them with decides), versions ended before the first or begun after the last do not, and the
+    bound reaches the Parquet reader as a literal filter (it prunes row groups); bounded per cluster, or by one
+    bound for all (``BOUND_APART``)."""
+    import random
+
+    from kraftlog.spark import verify
+
+    monkeypatch.setattr(verify, "BOUND_APART", apart)
+    rng = random.Random(7)
+    versions = []
+    for c in ("a", "b", "c"):
+        for _ in range(400):
+            start = rng.randrange(0, 1000)
+            versions.append((c, start, rng.choice([None, start + rng.randrange(1, 200)])))
+    probes = [(c, "s", rng.randrange(0, 1000), f"{c}@s") for c in ("a", "b") for _ in range(2)]
+    df = spark.createDataFrame(versions, "cluster_id string, valid_from_offset long, valid_to_offset long")
+    kept = {tuple(r) for r in df.filter(verify.holding_within(probes)).collect()}
+
+    def holds(v: tuple[str, int, int | None], at: int) -> bool:
+        return v[1] <= at and (v[2] is None or v[2] > at)
+
+    at = {c: [p[2] for p in probes if p[0] == c] for c in ("a", "b", "c")}
+    assert {v for v in versions if any(holds(v, a) for a in at[v[0]])} <= kept
+    every = [p[2] for p in probes]
+
+    def bounds(c: str) -> tuple[int, int]:  # the offsets a version of cluster c may hold at to be read
+        return (min(at[c]), max(at[c])) if apart > 1 else (min(every), max(every))
+
+    assert all(v[1] <= bounds(v[0])[1] and (v[2] is None or v[2] > bounds(v[0])[0]) for v in kept)
+    assert len(kept) < len(versions) and (apart == 1 or not any(v[0] == "c" for v in kept))
+    scan = df.filter(verify.holding_within(probes))._jdf.queryExecution().optimizedPlan().toString()
+    assert "valid_to_offset" in scan and str(max(every)) in scan

@@ -12,15 +12,17 @@ and every snapshot is checked; nothing is kept.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.events import valid_at
@@ -170,11 +172,13 @@ def compare_snapshots(spark: SparkSession, real: list[ClusterBase], histories: H
         points = F.broadcast(local_frame(spark, probes, "cluster_id string, snapshot_id string, at long, "
                                                     "pseudo string"))
         pseudo = [p[3] for p in probes]
+        near = holding_within(probes)
         left: History = {}
         right: History = {}
         for kind, df in histories.items():
             valid = valid_at(F.col("at"))
-            left[kind] = df.join(points, "cluster_id").filter(valid).withColumn("cluster_id", F.col("pseudo"))
+            left[kind] = (df.filter(near).join(points, "cluster_id").filter(valid)
+                          .withColumn("cluster_id", F.col("pseudo")))
             right[kind] = snapshots[kind].filter(of_clusters(pseudo))
         rows = differing_json(left, right)
         for r in rows.collect() if rows is not None else []:
@@ -193,4 +197,28 @@ def compare_snapshots(spark: SparkSession, real: list[ClusterBase], histories: H
     return report
 
 
-__all__ = ["compare_snapshots", "standing", "verify_build", "verify_tables"]
+# up to this many clusters the versions read are bounded per cluster, more by one bound for all (a filter term each)
+BOUND_APART = 64
+
+
+def holding_within(probes: list[tuple[str, str, int, str]]) -> Column:
+    """Of the history rows, those that can hold at one of ``probes``' offsets (cluster, snapshot, offset, pseudo):
+    begun by the last of its cluster's and not ended before the first. Literal bounds, which the Parquet reader
+    prunes row groups by (the join with the probes decides which offset a version holds at, and cannot): an hourly
+    verify, whose one new snapshot is near the end of the log, reads the versions that held there, not every
+    version of the histories."""
+    spans: dict[str, tuple[int, int]] = {}
+    for cluster_id, _, at, _ in probes:
+        lo, hi = spans.get(cluster_id, (at, at))
+        spans[cluster_id] = (min(lo, at), max(hi, at))
+
+    def overlaps(lo: int, hi: int) -> Column:
+        return (F.col("valid_from_offset") <= hi) & (F.col("valid_to_offset").isNull()
+                                                      | (F.col("valid_to_offset") > lo))
+    if len(spans) > BOUND_APART:
+        return overlaps(min(lo for lo, _ in spans.values()), max(hi for _, hi in spans.values()))
+    return functools.reduce(operator.or_, [(F.col("cluster_id") == c) & overlaps(lo, hi)
+                                           for c, (lo, hi) in spans.items()])
+
+
+__all__ = ["compare_snapshots", "holding_within", "standing", "verify_build", "verify_tables"]
