@@ -454,8 +454,8 @@ def test_verify_reads_only_the_versions_that_can_hold_at_a_snapshot_it_checks(sp
                                                                                apart: int) -> None:
     """``holding_within``: every version that holds at one of the snapshots' offsets of its cluster passes (what the
     comparison joins them with decides), versions ended before the first or begun after the last do not, and the
-    bound reaches the Parquet reader as a literal filter (it prunes row groups); bounded per cluster, or by one
-    bound for all (``BOUND_APART``)."""
+    bound is a filter of literals in the plan (what a Parquet reader prunes row groups by); bounded per cluster,
+    or by one bound for all (``BOUND_APART``)."""
     import random
 
     from kraftlog.spark import verify
