@@ -67,6 +67,10 @@ class Holder:
         d["generation"] = generation
         return cls(**d)
 
+    def live(self) -> bool:
+        """Whether the holder still holds it: not released, and renewed before it expired."""
+        return not self.released and self.expires_at >= time.time()
+
     def describe(self) -> str:
         since = datetime.fromtimestamp(self.acquired_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         until = datetime.fromtimestamp(self.expires_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -119,7 +123,7 @@ class Lease:
         deadline = time.time() + self.wait_s
         while True:
             current = self.current()
-            if current is None or current.released or current.expires_at < time.time():
+            if current is None or not current.live():
                 if current is not None and not current.released:
                     log.warning("taking over the lease of %s run %s, which expired without being released "
                                 "(the run was killed)", current.purpose, current.run)
@@ -190,3 +194,8 @@ class Lease:
             if g <= generation - KEEP_GENERATIONS:
                 with contextlib.suppress(OSError):
                     self.storage.delete(join(self.dir, self._name(g)))
+
+
+def current_holder(storage: Storage, warehouse: str) -> Holder | None:
+    """Who holds (or last held) a warehouse's lease, for a reader that takes none (None: never leased)."""
+    return Lease(storage, warehouse, run="", purpose="").current()

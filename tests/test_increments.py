@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import struct
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -518,7 +519,7 @@ def test_a_reconstruct_stopped_while_committing_is_rebuilt_from_the_bases_by_the
     ingest(spark, [str(copy_upto(source, inputs, 6))], config)
     with pytest.raises(OSError, match="stopped here"):
         reconstruct(spark, config, store=DeltaRsStore(spark, config.warehouse, after_commit=stop_after_partitions))
-    with pytest.raises(NotBuilt, match=r"incomplete: reconstruct \S+ is committing them, or stopped while it was"):
+    with pytest.raises(NotBuilt, match=r"incomplete: reconstruct \S+ stopped while committing them"):
         analyze(spark, config)
     built, events = land_build_analyze(spark, copy_upto(source, inputs, 7), wh)
     assert (built.clusters, built.resumed) == (1, 0), built.line()
@@ -528,6 +529,57 @@ def test_a_reconstruct_stopped_while_committing_is_rebuilt_from_the_bases_by_the
     scratch.check(spark)
     again, _ = land_build_analyze(spark, copy_upto(source, inputs, 8), wh)  # and the next goes on again
     assert again.resumed == 1, again.line()
+
+
+def test_a_reader_waits_while_a_build_commits_the_histories_and_fails_on_one_that_stopped(spark: Any,
+                                                                                          tmp_path: Path) -> None:
+    """A reader that takes no lease (``report``, ``state``, ``diff``, ``shell``) finding a build's commit mark waits
+    while that build still holds the warehouse's lease, then reads what it committed; a mark whose build no longer
+    holds the lease is a build that stopped while committing: an error at once, as it is to a writer (``analyze``,
+    which holds the lease itself)."""
+    import threading
+
+    from kraftlog.lease import Lease
+    from kraftlog.spark.history import RECONSTRUCT, built_clusters
+
+    t0 = uid(805)
+    log = [("meta", "TOPIC_RECORD", 0, {"topic_id": t0, "name": "t0"}), ("meta", "NO_OP_RECORD", 0, {})]
+    config = built_upto(spark, tmp_path, log, 2)[3]
+    store = store_for(spark, config)
+    before = built_clusters(store)
+    committing, done = threading.Event(), threading.Event()
+
+    def build(seconds: float) -> None:  # a reconstruct's lease and its commit mark, held for ``seconds``
+        with Lease(store.storage, store.warehouse, "b-1", RECONSTRUCT), store.committing(RECONSTRUCT, "b-1"):
+            committing.set()
+            done.wait(seconds)
+
+    builder = threading.Thread(target=build, args=(2.0,))
+    builder.start()
+    committing.wait(30)
+    t = time.monotonic()
+    assert built_clusters(store, poll_s=0.2) == before  # it waited for the build to finish
+    waited = time.monotonic() - t
+    builder.join()
+    assert waited >= 1.0, waited
+    builder = threading.Thread(target=build, args=(30.0,))
+    builder.start()
+    committing.clear()
+    committing.wait(30)
+    with pytest.raises(NotBuilt, match="being committed by reconstruct b-1, still after 0 s"):
+        built_clusters(store, wait_s=0)
+    store.lease = Lease(store.storage, store.warehouse, "a-1", "analyze")  # a writer: the build cannot be committing
+    with pytest.raises(NotBuilt, match="incomplete: reconstruct b-1 stopped while committing them"):
+        built_clusters(store)
+    store.lease = None
+    done.set()
+    builder.join()
+    with contextlib.suppress(OSError), store.committing(RECONSTRUCT, "b-1"):  # stopped, its lease released
+        raise OSError("the build is stopped here")
+    t = time.monotonic()
+    with pytest.raises(NotBuilt, match="incomplete: reconstruct b-1 stopped while committing them"):
+        built_clusters(store)
+    assert time.monotonic() - t < 5
 
 
 def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluster_tables(spark: Any,

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from kraftlog.analytics.events import valid_at
 from kraftlog.config import Config
 from kraftlog.errors import ClusterNotFound, NotBuilt, UsageError
+from kraftlog.lease import DEFAULT_TTL_S, current_holder
 from kraftlog.points import check_in_log
 from kraftlog.spark.bases import ClusterBase, LandedTables, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
 from kraftlog.spark.increments import Plan, last_builds, plan_build, state_table_rows
@@ -240,21 +241,32 @@ def to_image(state: History, offset: int = -1, timestamp_ms: int = 0) -> Image:
     return image
 
 
-def built_clusters(store: TableStore) -> dict[str, dict[str, Any]]:
+def built_clusters(store: TableStore, wait_s: float = DEFAULT_TTL_S, poll_s: float = 1.0) -> dict[str, dict[str, Any]]:
     """The ``replay_ranges`` rows of the last history build, by cluster (with ``base_ms`` and ``last_ms``: its
-    timestamps in epoch milliseconds)."""
+    timestamps in epoch milliseconds). While a build commits the histories (its mark is there, and it holds the
+    warehouse's lease) a reader waits for it to finish, up to ``wait_s``; a build that stopped while committing
+    (its mark left, the lease no longer its own) is an error until the next build has replayed from the bases."""
     ranges = replay_ranges_table()
-    try:
-        rows = store.read(ranges).select(*ranges.columns, F.unix_millis("base_timestamp").alias("base_ms"),
-                                         F.unix_millis("last_timestamp").alias("last_ms")).collect()
-    except Exception as e:  # no build yet
-        raise NotBuilt(f"no entity histories under {store.warehouse}: run `kraftlog reconstruct` first") from e
-    stopped = store.stopped(RECONSTRUCT)
-    if stopped is not None:
-        raise NotBuilt(f"the entity histories under {store.warehouse} are incomplete: reconstruct {stopped} is "
-                       "committing them, or stopped while it was (then run `kraftlog reconstruct`: it replays every "
-                       "cluster from its base)")
-    return {r["cluster_id"]: r.asDict() for r in rows}
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            rows = store.read(ranges).select(*ranges.columns, F.unix_millis("base_timestamp").alias("base_ms"),
+                                             F.unix_millis("last_timestamp").alias("last_ms")).collect()
+        except Exception as e:  # no build yet
+            raise NotBuilt(f"no entity histories under {store.warehouse}: run `kraftlog reconstruct` first") from e
+        building = store.stopped(RECONSTRUCT)
+        if building is None:
+            return {r["cluster_id"]: r.asDict() for r in rows}
+        holder = None if store.lease is not None else current_holder(store.storage, store.warehouse)
+        if holder is None or not holder.live() or holder.run != building:
+            raise NotBuilt(f"the entity histories under {store.warehouse} are incomplete: reconstruct {building} "
+                           "stopped while committing them (run `kraftlog reconstruct`: it replays every cluster "
+                           "from its base)")
+        if time.monotonic() >= deadline:
+            raise NotBuilt(f"the entity histories under {store.warehouse} are being committed by reconstruct "
+                           f"{building}, still after {wait_s:.0f} s: try again once it has finished")
+        log.info("reconstruct %s is committing the histories under %s: waiting for it", building, store.warehouse)
+        time.sleep(poll_s)
 
 
 def image_at(store: TableStore, cluster_id: str, offset: int | None = None, timestamp_ms: int | None = None,
