@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 
 from kraftlog.errors import PointError
 
@@ -68,3 +71,71 @@ def check_in_log(cluster_id: str, offset: int, floor: int, last: int, snapshot_i
         raise PointError(f"{when} is before the first record of {cluster_id}'s log; {known}")
     if offset < floor or offset > last:
         raise PointError(f"offset {offset} is outside the log of {cluster_id}: {known}")
+
+
+# -- the log offset at a time ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Records:
+    """Of one cluster's log records, those with an offset in ``[offset_from, offset_below)`` and a time (epoch
+    milliseconds) in ``(time_after, time_to]``; a bound of None is open."""
+
+    offset_from: int | None = None
+    offset_below: int | None = None
+    time_after: int | None = None
+    time_to: int | None = None
+
+    def conditions(self, field: Callable[[str], Any], time: Callable[[int], Any]) -> list[Any]:
+        """The bounds as conditions on the ``log_offset`` and ``timestamp`` columns, in the terms of a query engine
+        whose column expressions compare with ``>=``, ``<``, ``>``, ``<=`` (a Spark ``Column``, an Arrow
+        ``Expression``): ``field`` makes a column's, ``time`` the literal of a time in epoch milliseconds."""
+        offset, at = field("log_offset"), field("timestamp")
+        out = []
+        if self.offset_from is not None:
+            out.append(offset >= self.offset_from)
+        if self.offset_below is not None:
+            out.append(offset < self.offset_below)
+        if self.time_after is not None:
+            out.append(at > time(self.time_after))
+        if self.time_to is not None:
+            out.append(at <= time(self.time_to))
+        return out
+
+
+class RecordOffsets(Protocol):
+    """What ``offset_at`` asks of a cluster's log records, each question read where its bounds reach (the records
+    table's row groups are pruned by their offset and time statistics)."""
+
+    def extreme(self, records: Records, greatest: bool) -> int | None:
+        """The greatest (or least) offset of ``records``; None where there is none."""
+
+    def any(self, records: Records) -> bool:
+        """Whether there is a record among ``records``."""
+
+
+def last_offset_at(log: RecordOffsets, timestamp_ms: int, known: int | None = None, span: int = 1024) -> int:
+    """The last log offset whose record time is at or before ``timestamp_ms`` (-1 if none), read from the records
+    at the end of the log, not from every record (a cluster's log grows by a NoOp record every half second, for
+    years).
+
+    The first record after the time: every record before it is at or before the time, so the one just before it is
+    the answer, unless a later record is back at or before the time (times grow with offsets, but go back where a
+    controller's clock was behind); the one before it is looked for ``span`` offsets back, further only where the
+    log has a gap there. Where no record is after the time the last record is the one: looked for from ``known`` (an
+    offset the log holds) on, else (or where none is there) among every record."""
+    after = log.extreme(Records(time_after=timestamp_ms), greatest=False)
+    if after is None:  # every record is at or before the time: the last one
+        last = None if known is None else log.extreme(Records(offset_from=known), greatest=True)
+        last = log.extreme(Records(), greatest=True) if last is None else last
+        return -1 if last is None else last
+    later = log.extreme(Records(offset_from=after, time_to=timestamp_ms), greatest=True)
+    if later is not None:
+        return later
+    while True:
+        lo = after - span
+        before = log.extreme(Records(offset_from=lo, offset_below=after), greatest=True)
+        if before is not None:
+            return before
+        if lo <= 0 or not log.any(Records(offset_below=lo)):
+            return -1
+        span *= 16

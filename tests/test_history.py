@@ -428,14 +428,14 @@ def test_the_runs_of_landed_log_offsets_start_where_the_local_rule_says(spark: A
     assert runs["whole"].inner is None and (runs["whole"].first, runs["whole"].last) == (100, 104)
 
 
-@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(st.tuples(st.sampled_from([0, 0, 0, 1, 5, 40]), st.integers(-5, 20)), max_size=40),
        at=st.integers(80, 400), span=st.sampled_from([1, 2, 1024]), known=st.sampled_from([None, "first", "last"]))
 def test_offset_at_is_the_last_record_at_or_before_the_time_read_from_the_end(
         spark: Any, steps: list[tuple[int, int]], at: int, span: int, known: str | None) -> None:
-    """``offset_at`` reads from the first record after the time on (and back as far as the log has a gap): the
-    same answer as the last offset among every record at or before the time, where offsets skip (a gap in the log)
-    and times go back (a controller's clock behind), other clusters' and snapshot rows beside."""
+    """``offset_at`` with Spark (``kraftlog.points.last_offset_at``, tested apart in ``test_points``): the same
+    answer as the last offset among every record at or before the time, where offsets skip (a gap in the log) and
+    times go back (a controller's clock behind), other clusters' and snapshot rows beside."""
     rows, offset, ms = [], -1, 100
     for gap, step in steps:
         offset, ms = offset + gap + 1, ms + step
@@ -485,3 +485,25 @@ def test_verify_reads_only_the_versions_that_can_hold_at_a_snapshot_it_checks(sp
     assert len(kept) < len(versions) and (apart == 1 or not any(v[0] == "c" for v in kept))
     scan = df.filter(verify.holding_within(probes))._jdf.queryExecution().optimizedPlan().toString()
     assert "valid_to_offset" in scan and str(max(every)) in scan
+
+
+def test_the_offset_at_a_time_of_the_notebooks_equals_the_commands(spark: Any, sample: Any) -> None:
+    """``kraftlog.analytics.frames.offset_at`` (delta-rs, for notebooks) and the commands' (Spark) find the same
+    offset as the last record at or before each time, before the first record, between records and after the last,
+    reading from the end of the log both."""
+    import pandas as pd
+
+    from kraftlog.analytics import frames
+
+    wh, _ = sample
+    [cluster] = frames.clusters(wh)
+    log = frames.read_table(wh, "records", cluster, ["source", "log_offset", "timestamp"])
+    log = log[log["source"] == "log"]
+    times = sorted(log["timestamp"].unique())
+    records = open_store(spark, str(wh)).read(catalog()["records"])
+    ms = pd.Timedelta(milliseconds=1)
+    for t in [times[0] - ms, times[0], times[len(times) // 3], times[len(times) // 2] + ms, times[-1] - ms, times[-1],
+              times[-1] + ms]:
+        expected = int(log[log["timestamp"] <= t]["log_offset"].max()) if (log["timestamp"] <= t).any() else -1
+        assert frames.offset_at(wh, cluster, t) == expected, t
+        assert offset_at(records, cluster, int(pd.Timestamp(t).value // 1_000_000)) == expected, t

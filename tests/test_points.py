@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kraftlog.errors import PointError
-from kraftlog.points import parse_bound, parse_point, parse_time
+from kraftlog.points import Records, last_offset_at, parse_bound, parse_point, parse_time
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
@@ -33,3 +35,46 @@ def test_absolute_times_offsets_and_the_end() -> None:
 def test_what_is_not_a_point_is_an_error_naming_the_forms(text: str) -> None:
     with pytest.raises(PointError, match="now, or a time ago like -30m"):
         parse_point(text, NOW)
+
+
+class ListedOffsets:
+    """``RecordOffsets`` over (offset, time) pairs, keeping the greatest or least offsets asked for (which read every
+    record the bounds leave: ``any`` stops at the first)."""
+
+    def __init__(self, rows: list[tuple[int, int]]):
+        self.rows: list[tuple[int, int]] = rows
+        self.asked: list[Records] = []
+
+    def _of(self, r: Records) -> list[int]:
+        return [o for o, t in self.rows if (r.offset_from is None or o >= r.offset_from)
+                and (r.offset_below is None or o < r.offset_below) and (r.time_after is None or t > r.time_after)
+                and (r.time_to is None or t <= r.time_to)]
+
+    def extreme(self, records: Records, greatest: bool) -> int | None:
+        self.asked.append(records)
+        found = self._of(records)
+        return (max if greatest else min)(found) if found else None
+
+    def any(self, records: Records) -> bool:
+        return bool(self._of(records))
+
+
+@given(steps=st.lists(st.tuples(st.sampled_from([0, 0, 0, 1, 5, 40, 3000]), st.integers(-15, 20)), max_size=60),
+       near=st.tuples(st.integers(0, 59), st.integers(-3, 3)), span=st.sampled_from([1, 2, 3, 1024]),
+       known=st.sampled_from([None, 0, -1]))
+def test_the_offset_at_a_time_is_the_last_record_at_or_before_it_read_from_the_end(
+        steps: list[tuple[int, int]], near: tuple[int, int], span: int, known: int | None) -> None:
+    """``last_offset_at``: the last offset among every record at or before the time, where offsets skip (a gap in
+    the log) and times go back (a controller's clock behind); and never a question without a bound on where to read
+    (every record) while a record is after the time or the last offset is known."""
+    rows, offset, ms = [], -1, 100
+    for gap, step in steps:
+        offset, ms = offset + gap + 1, ms + step
+        rows.append((offset, ms))
+    at = rows[near[0] % len(rows)][1] + near[1] if rows else 100  # about a record's time
+    log = ListedOffsets(rows)
+    hint = None if known is None or not rows else rows[known][0]  # the first or the last offset
+    assert last_offset_at(log, at, hint, span) == max((o for o, t in rows if t <= at), default=-1)
+    unbounded = [r for r in log.asked if r.offset_from is None and r.time_after is None]
+    if any(t > at for _, t in rows) or (hint is not None and hint == rows[-1][0]):
+        assert unbounded == [], unbounded

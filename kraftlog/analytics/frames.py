@@ -6,11 +6,17 @@ On a large warehouse read the same tables with Spark (``spark.read.format("delta
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from kraftlog.points import Records, last_offset_at
 from kraftlog.storage import Storage, join, normalize
 
 DEFAULT_WAREHOUSE = "warehouse"
@@ -26,12 +32,17 @@ def warehouse_path(default: str = DEFAULT_WAREHOUSE) -> str | Path:
 def read_table(warehouse: str | Path, name: str, cluster: str | None = None,
                columns: list[str] | None = None) -> pd.DataFrame:
     """Table ``name`` of the warehouse (only ``cluster``'s rows if given) as a pandas frame."""
+    filters = [("cluster_id", "=", cluster)] if cluster is not None else None
+    return _delta_table(warehouse, name).to_pandas(columns=columns, filters=filters)
+
+
+def _delta_table(warehouse: str | Path, name: str) -> Any:
+    """The ``deltalake.DeltaTable`` of table ``name`` of the warehouse."""
     uri = join(normalize(str(warehouse)), name)
     dt = Storage.from_environment().delta_table(uri)
     if dt is None:
         raise FileNotFoundError(f"{uri}: no Delta table (run `kraftlog ingest`, `reconstruct` and `analyze` first)")
-    filters = [("cluster_id", "=", cluster)] if cluster is not None else None
-    return dt.to_pandas(columns=columns, filters=filters)
+    return dt
 
 
 def clusters(warehouse: str | Path) -> list[str]:
@@ -53,9 +64,34 @@ def state_at(warehouse: str | Path, kind: str, cluster: str, offset: int) -> pd.
 
 
 def offset_at(warehouse: str | Path, cluster: str, when: pd.Timestamp | str) -> int:
-    """The last log offset whose record time is at or before ``when`` (-1 if none)."""
+    """The last log offset whose record time is at or before ``when`` (-1 if none), read from the end of the log
+    (``kraftlog.points.last_offset_at``), not from every record of the cluster."""
     t = pd.Timestamp(when)
     t = t.tz_localize("UTC") if t.tzinfo is None else t
-    r = read_table(warehouse, "records", cluster, ["source", "log_offset", "timestamp"])
-    r = r[(r["source"] == "log") & (r["timestamp"] <= t)]
-    return int(r["log_offset"].max()) if len(r) else -1
+    return last_offset_at(_LogOffsets(warehouse, cluster), int(t.value // 1_000_000))
+
+
+class _LogOffsets:
+    """``kraftlog.points.RecordOffsets`` of one cluster's log records in the ``records`` table, with Arrow datasets
+    (row groups pruned by their statistics)."""
+
+    def __init__(self, warehouse: str | Path, cluster: str):
+        self.records = _delta_table(warehouse, "records").to_pyarrow_dataset()
+        self.log = (pc.field("cluster_id") == cluster) & (pc.field("source") == "log")
+        self.time = self.records.schema.field("timestamp").type
+
+    def _filter(self, records: Records) -> pc.Expression:
+        conditions = records.conditions(pc.field, lambda ms: pa.scalar(ms, pa.timestamp("ms", "UTC")).cast(self.time))
+        return functools.reduce(operator.and_, conditions, self.log)
+
+    # (scans on Arrow's threads over delta-rs's file system could leave a thread running at exit: the process aborted
+    # there, "terminate called without an active exception", in 2 of 19 runs, in none of 40 without them)
+    def extreme(self, records: Records, greatest: bool) -> int | None:
+        offsets = self.records.to_table(columns=["log_offset"], filter=self._filter(records),
+                                        use_threads=False)["log_offset"]
+        value = (pc.max if greatest else pc.min)(offsets).as_py()
+        return None if value is None else int(value)
+
+    def any(self, records: Records) -> bool:
+        return self.records.head(1, columns=["log_offset"], filter=self._filter(records), use_threads=False
+                                 ).num_rows > 0

@@ -15,20 +15,21 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import operator
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.events import valid_at
 from kraftlog.config import Config
 from kraftlog.errors import ClusterNotFound, NotBuilt, UsageError
 from kraftlog.lease import DEFAULT_TTL_S, current_holder
-from kraftlog.points import check_in_log
+from kraftlog.points import Records, check_in_log, last_offset_at
 from kraftlog.spark.bases import ClusterBase, LandedTables, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
 from kraftlog.spark.increments import Plan, last_builds, plan_build, state_table_rows
 from kraftlog.spark.replay import output_tables, replay
@@ -198,36 +199,27 @@ def state_at(histories: History, cluster_id: str, offset: int, kinds: Iterable[s
 
 def offset_at(records: DataFrame, cluster_id: str, timestamp_ms: int, known: int | None = None,
               span: int = 1024) -> int:
-    """The last log offset whose record time is at or before ``timestamp_ms`` (-1 if none).
-
-    Read from the records at the end of the log, not from every record (a cluster's log grows by a NoOp record every
-    half second, for years): the first record after the time, then the records from just before it on (times grow
-    with offsets, but can go back where a controller's clock was behind: a later record can still be at or before
-    the time; ``span`` offsets before it, more only where no record is there: a gap in the log). Where no record is
-    after the time the last record is the one: looked for from ``known`` (an offset the log holds) on, else (or
-    where none is there) among every record."""
-    log = records.filter((F.col("cluster_id") == cluster_id) & (F.col("source") == "log"))
-    at = F.timestamp_millis(F.lit(timestamp_ms))
-    after = _max_offset(log.filter(F.col("timestamp") > at), F.min)
-    if after is None:  # every record is at or before the time: the last one
-        last = None if known is None else _max_offset(log.filter(F.col("log_offset") >= known))
-        last = _max_offset(log) if last is None else last
-        return -1 if last is None else last
-    while True:  # the record before ``after`` (all before it are at or before the time), or a later one that is
-        lo = after - span
-        found = _max_offset(log.filter((F.col("log_offset") >= lo)
-                                       & ((F.col("log_offset") < after) | (F.col("timestamp") <= at))))
-        if found is not None:
-            return found
-        if lo <= 0 or not log.filter(F.col("log_offset") < lo).limit(1).collect():
-            return -1
-        span *= 16
+    """The last log offset of ``cluster_id`` whose record time is at or before ``timestamp_ms`` (-1 if none), read
+    from the end of the log (``kraftlog.points.last_offset_at``; ``known``: an offset the log holds)."""
+    return last_offset_at(_LogOffsets(records, cluster_id), timestamp_ms, known, span)
 
 
-def _max_offset(df: DataFrame, agg: Callable[[str], Column] = F.max) -> int | None:
-    """The greatest (``agg``: or least) ``log_offset`` of ``df``; None where it holds no row."""
-    row = df.agg(agg("log_offset").alias("o")).first()
-    return None if row is None or row["o"] is None else int(row["o"])
+class _LogOffsets:
+    """``kraftlog.points.RecordOffsets`` of one cluster's log records in the ``records`` table, with Spark."""
+
+    def __init__(self, records: DataFrame, cluster_id: str):
+        self.log = records.filter((F.col("cluster_id") == cluster_id) & (F.col("source") == "log"))
+
+    def _of(self, records: Records) -> DataFrame:
+        conditions = records.conditions(F.col, lambda ms: F.timestamp_millis(F.lit(ms)))
+        return self.log.filter(functools.reduce(operator.and_, conditions)) if conditions else self.log
+
+    def extreme(self, records: Records, greatest: bool) -> int | None:
+        row = self._of(records).agg((F.max if greatest else F.min)("log_offset").alias("o")).first()
+        return None if row is None or row["o"] is None else int(row["o"])
+
+    def any(self, records: Records) -> bool:
+        return bool(self._of(records).limit(1).collect())
 
 
 def to_image(state: History, offset: int = -1, timestamp_ms: int = 0) -> Image:
