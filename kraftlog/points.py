@@ -103,8 +103,8 @@ class Records:
 
 
 class RecordOffsets(Protocol):
-    """What ``offset_at`` asks of a cluster's log records, each question read where its bounds reach (the records
-    table's row groups are pruned by their offset and time statistics)."""
+    """What ``last_offset_at`` asks of a cluster's log records, each question read where its bounds reach (the
+    records table's row groups are pruned by their offset and time statistics)."""
 
     def extreme(self, records: Records, greatest: bool) -> int | None:
         """The greatest (or least) offset of ``records``; None where there is none."""
