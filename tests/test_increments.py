@@ -554,26 +554,28 @@ def test_a_reader_waits_while_a_build_commits_the_histories_and_fails_on_one_tha
             committing.set()
             done.wait(seconds)
 
-    builder = threading.Thread(target=build, args=(2.0,))
+    builder = threading.Thread(target=build, args=(3.0,))
     builder.start()
-    committing.wait(30)
+    assert committing.wait(30)
     t = time.monotonic()
     assert built_clusters(store, poll_s=0.2) == before  # it waited for the build to finish
     waited = time.monotonic() - t
     builder.join()
     assert waited >= 1.0, waited
-    builder = threading.Thread(target=build, args=(30.0,))
+    committing.clear()  # before the second build starts, which may set it at once
+    builder = threading.Thread(target=build, args=(600.0,), daemon=True)  # held until ``done``
     builder.start()
-    committing.clear()
-    committing.wait(30)
-    with pytest.raises(NotBuilt, match="being committed by reconstruct b-1, still after 0 s"):
-        built_clusters(store, wait_s=0)
-    store.lease = Lease(store.storage, store.warehouse, "a-1", "analyze")  # a writer: the build cannot be committing
-    with pytest.raises(NotBuilt, match="incomplete: reconstruct b-1 stopped while committing them"):
-        built_clusters(store)
-    store.lease = None
-    done.set()
-    builder.join()
+    try:
+        assert committing.wait(30)
+        with pytest.raises(NotBuilt, match="being committed by reconstruct b-1, still after 0 s"):
+            built_clusters(store, wait_s=0)
+        store.lease = Lease(store.storage, store.warehouse, "a-1", "analyze")  # a writer: no build can be committing
+        with pytest.raises(NotBuilt, match="incomplete: reconstruct b-1 stopped while committing them"):
+            built_clusters(store)
+    finally:
+        store.lease = None
+        done.set()
+        builder.join()
     with contextlib.suppress(OSError), store.committing(RECONSTRUCT, "b-1"):  # stopped, its lease released
         raise OSError("the build is stopped here")
     t = time.monotonic()
