@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -102,40 +102,76 @@ class Records:
         return out
 
 
+LEAST, GREATEST, ANY = "least", "greatest", "any"
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A question about one cluster's log ``records``: their ``least`` or ``greatest`` offset, or ``any`` one's."""
+
+    records: Records
+    what: str  # LEAST, GREATEST or ANY
+
+
 class RecordOffsets(Protocol):
-    """What ``last_offset_at`` asks of a cluster's log records, each question read where its bounds reach (the
-    records table's row groups are pruned by their offset and time statistics)."""
+    """What ``last_offsets_at`` asks of clusters' log records: a round of questions, at most one per cluster, each
+    read where its bounds reach (the records table's row groups are pruned by their offset and time statistics)."""
 
-    def extreme(self, records: Records, greatest: bool) -> int | None:
-        """The greatest (or least) offset of ``records``; None where there is none."""
-
-    def any(self, records: Records) -> bool:
-        """Whether there is a record among ``records``."""
+    def answer(self, asks: Mapping[str, Ask]) -> dict[str, int | None]:
+        """By cluster id: the offset its question asks for; None, or no entry, where its records are none."""
 
 
-def last_offset_at(log: RecordOffsets, timestamp_ms: int, known: int | None = None, span: int = 1024) -> int:
-    """The last log offset whose record time is at or before ``timestamp_ms`` (-1 if none), read from the records
-    at the end of the log, not from every record (a cluster's log grows by a NoOp record every half second, for
-    years).
-
-    The first record after the time: every record before it is at or before the time, so the one just before it is
-    the answer, unless a later record is back at or before the time (times grow with offsets, but go back where a
-    controller's clock was behind); the one before it is looked for ``span`` offsets back, further only where the
-    log has a gap there. Where no record is after the time the last record is the one: looked for from ``known`` (an
-    offset the log holds) on, else (or where none is there) among every record."""
-    after = log.extreme(Records(time_after=timestamp_ms), greatest=False)
+def _offset_at(timestamp_ms: int, known: int | None, span: int) -> Generator[Ask, int | None, int]:
+    """The questions ``last_offset_at`` asks of one cluster's records, one at a time (each sent its answer), and
+    the offset they lead to."""
+    after = yield Ask(Records(time_after=timestamp_ms), LEAST)
     if after is None:  # every record is at or before the time: the last one
-        last = None if known is None else log.extreme(Records(offset_from=known), greatest=True)
-        last = log.extreme(Records(), greatest=True) if last is None else last
+        last = None if known is None else (yield Ask(Records(offset_from=known), GREATEST))
+        if last is None:
+            last = yield Ask(Records(), GREATEST)
         return -1 if last is None else last
-    later = log.extreme(Records(offset_from=after, time_to=timestamp_ms), greatest=True)
+    later = yield Ask(Records(offset_from=after, time_to=timestamp_ms), GREATEST)
     if later is not None:
         return later
     while True:
         lo = after - span
-        before = log.extreme(Records(offset_from=lo, offset_below=after), greatest=True)
+        before = yield Ask(Records(offset_from=lo, offset_below=after), GREATEST)
         if before is not None:
             return before
-        if lo <= 0 or not log.any(Records(offset_below=lo)):
+        if lo <= 0 or (yield Ask(Records(offset_below=lo), ANY)) is None:
             return -1
         span *= 16
+
+
+def last_offsets_at(log: RecordOffsets, times: Mapping[str, tuple[int, int | None]], span: int = 1024
+                    ) -> dict[str, int]:
+    """By cluster id: the last log offset whose record time is at or before the cluster's time (epoch
+    milliseconds; -1 if none), read from the records at the end of its log, not from every record (a cluster's log
+    grows by a NoOp record every half second, for years). ``times``: by cluster id, (the time, an offset its log
+    holds or None). The clusters' questions are asked together, a round at a time: a report of dozens of clusters
+    asks as many rounds as one cluster would (three, most often).
+
+    The first record after the time: every record before it is at or before the time, so the one just before it is
+    the answer, unless a later record is back at or before the time (times grow with offsets, but go back where a
+    controller's clock was behind); the one before it is looked for ``span`` offsets back, further only where the
+    log has a gap there. Where no record is after the time the last record is the one: looked for from the known
+    offset on, else (or where none is there) among every record."""
+    running = {c: _offset_at(ms, known, span) for c, (ms, known) in times.items()}
+    asks = {c: next(steps) for c, steps in running.items()}
+    found: dict[str, int] = {}
+    while asks:
+        answers = log.answer(asks)
+        going: dict[str, Ask] = {}
+        for c in asks:
+            try:
+                going[c] = running[c].send(answers.get(c))
+            except StopIteration as done:
+                found[c] = done.value
+        asks = going
+    return found
+
+
+def last_offset_at(log: RecordOffsets, cluster_id: str, timestamp_ms: int, known: int | None = None,
+                   span: int = 1024) -> int:
+    """``last_offsets_at`` of one cluster."""
+    return last_offsets_at(log, {cluster_id: (timestamp_ms, known)}, span)[cluster_id]

@@ -533,14 +533,16 @@ def test_a_reconstruct_stopped_while_committing_is_rebuilt_from_the_bases_by_the
 
 def test_a_reader_waits_while_a_build_commits_the_histories_and_fails_on_one_that_stopped(spark: Any,
                                                                                           tmp_path: Path) -> None:
-    """A reader that takes no lease (``report``, ``state``, ``diff``, ``shell``) finding a build's commit mark waits
-    while that build still holds the warehouse's lease, then reads what it committed; a mark whose build no longer
-    holds the lease is a build that stopped while committing: an error at once, as it is to a writer (``analyze``,
-    which holds the lease itself)."""
+    """A reader that takes no lease (``report``, ``state``, ``diff``, ``shell``, the notebooks' ``frames``) finding a
+    build's commit mark waits while that build still holds the warehouse's lease, then reads what it committed; a
+    mark whose build no longer holds the lease is a build that stopped while committing: an error at once, as it is
+    to a writer (``analyze``, which holds the lease itself)."""
     import threading
 
+    from kraftlog.analytics import frames
+    from kraftlog.commits import RECONSTRUCT
     from kraftlog.lease import Lease
-    from kraftlog.spark.history import RECONSTRUCT, built_clusters
+    from kraftlog.spark.history import built_clusters
 
     t0 = uid(805)
     log = [("meta", "TOPIC_RECORD", 0, {"topic_id": t0, "name": "t0"}), ("meta", "NO_OP_RECORD", 0, {})]
@@ -550,19 +552,23 @@ def test_a_reader_waits_while_a_build_commits_the_histories_and_fails_on_one_tha
     committing, done = threading.Event(), threading.Event()
 
     def build(seconds: float) -> None:  # a reconstruct's lease and its commit mark, held for ``seconds``
-        with Lease(store.storage, store.warehouse, "b-1", RECONSTRUCT), store.committing(RECONSTRUCT, "b-1"):
+        with Lease(store.storage, store.warehouse, "b-1", RECONSTRUCT), store.marks.committing(RECONSTRUCT, "b-1"):
             committing.set()
             done.wait(seconds)
 
-    builder = threading.Thread(target=build, args=(3.0,))
-    builder.start()
-    assert committing.wait(30)
-    t = time.monotonic()
-    assert built_clusters(store, poll_s=0.2) == before  # it waited for the build to finish
-    waited = time.monotonic() - t
-    builder.join()
-    assert waited >= 1.0, waited
-    committing.clear()  # before the second build starts, which may set it at once
+    readers = {"commands": lambda: set(built_clusters(store, poll_s=0.2)), "notebooks": lambda: set(
+        frames.clusters(config.warehouse))}  # (delta-rs) by the same rule
+    for name, read in readers.items():
+        committing.clear()  # before the build starts, which may set it at once
+        builder = threading.Thread(target=build, args=(3.0,))
+        builder.start()
+        assert committing.wait(30)
+        t = time.monotonic()
+        assert read() == set(before), name  # it waited for the build to finish
+        waited = time.monotonic() - t
+        builder.join()
+        assert waited >= 1.0, (name, waited)
+    committing.clear()
     builder = threading.Thread(target=build, args=(600.0,), daemon=True)  # held until ``done``
     builder.start()
     try:
@@ -576,11 +582,15 @@ def test_a_reader_waits_while_a_build_commits_the_histories_and_fails_on_one_tha
         store.lease = None
         done.set()
         builder.join()
-    with contextlib.suppress(OSError), store.committing(RECONSTRUCT, "b-1"):  # stopped, its lease released
+    with contextlib.suppress(OSError), store.marks.committing(RECONSTRUCT, "b-1"):  # stopped, its lease released
         raise OSError("the build is stopped here")
     t = time.monotonic()
     with pytest.raises(NotBuilt, match="incomplete: reconstruct b-1 stopped while committing them"):
         built_clusters(store)
+    for notebook in (lambda: frames.clusters(config.warehouse),
+                     lambda: frames.state_at(config.warehouse, "topics", "c", 1)):
+        with pytest.raises(NotBuilt, match="incomplete: reconstruct b-1 stopped while committing them"):
+            notebook()
     assert time.monotonic() - t < 5
 
 

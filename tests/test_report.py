@@ -157,8 +157,8 @@ def test_activity_bins_scale_with_the_period_and_long_tables_fold(spark: Any, sa
 
 def test_the_now_panel_of_a_period_ending_after_the_last_record_reads_no_record(spark: Any, sample_events: Any,
                                                                                   monkeypatch: Any) -> None:
-    """The end offset of a period (``end_offset``): where the last record built is at or before the period's end (an
-    hourly report of the latest hour, or of the whole log) it is that record's, found without reading the records
+    """The end offset of a period (``end_offsets``): where the last record built is at or before the period's end
+    (an hourly report of the latest hour, or of the whole log) it is that record's, found without reading the records
     table (whose every row ``offset_at`` would scan); else the last record at or before the end, as ``offset_at``
     finds it. Both equal ``offset_at``'s answer."""
     from datetime import UTC, datetime
@@ -171,8 +171,9 @@ def test_the_now_panel_of_a_period_ending_after_the_last_record_reads_no_record(
 
     wh, _ = sample_events
     store = open_store(spark, str(wh))
-    [(cluster_id, built)] = built_clusters(store).items()
-    last, last_ms = built["last_offset"], built["last_ms"]
+    built = built_clusters(store)
+    [(cluster_id, row)] = built.items()
+    last, last_ms = row["last_offset"], row["last_ms"]
     records = store.read(catalog()["records"])
 
     def period(end_ms: int) -> Period:
@@ -183,9 +184,77 @@ def test_the_now_panel_of_a_period_ending_after_the_last_record_reads_no_record(
 
     for end_ms in (last_ms, last_ms + 3_600_000):  # at the last record's time, an hour after it
         with monkeypatch.context() as m:
-            m.setattr(reports, "offset_at", unread)
-            assert reports.end_offset(store, built, cluster_id, period(end_ms)) == last
+            m.setattr(reports, "offsets_at", unread)
+            assert reports.end_offsets(store, built, period(end_ms)) == {cluster_id: last}
         assert min(last, offset_at(records, cluster_id, end_ms)) == last
-    earlier = reports.end_offset(store, built, cluster_id, period(last_ms - 1))  # the records read
+    earlier = reports.end_offsets(store, built, period(last_ms - 1))[cluster_id]  # the records read
     assert earlier == offset_at(records, cluster_id, last_ms - 1) < last
-    assert reports.end_offset(store, built, cluster_id, Period()) == last
+    assert reports.end_offsets(store, built, Period()) == {cluster_id: last}
+
+
+def test_the_now_panels_of_several_clusters_ask_their_questions_together(spark: Any, tmp_path: Path,
+                                                                         monkeypatch: Any) -> None:
+    """The now panels of a report of several clusters: each cluster's end offset and image are what its own would
+    be (``offset_at``, ``state_at``), found in as many rounds of questions about the records as the cluster that
+    asks most would ask alone (one query a round for all the clusters, not one per cluster), and one read of each
+    kind of history for all."""
+    from datetime import UTC, datetime
+
+    import pandas as pd
+    from history_gen import TS0, GenCluster, write_cluster
+
+    from kraftlog.analytics.report import NOW_COLUMNS, Period
+    from kraftlog.config import Config
+    from kraftlog.spark import history, reports
+    from kraftlog.spark.ingest import ingest
+    from kraftlog.spark.store import open_store
+    from kraftlog.state.entities import history_tables
+    from kraftlog.tables.definitions import catalog
+
+    topic = "AAAAAAAAAAAAAAAAAAAAZQ"
+    partition = {"topic_id": topic, "partition_id": 0, "replicas": [1, 2, 3], "isr": [1, 2, 3],
+                 "removing_replicas": [], "adding_replicas": [], "leader": 1, "leader_epoch": 0, "partition_epoch": 0}
+
+    def leader(broker: int) -> tuple[str, str, int, dict[str, Any]]:
+        return ("meta", "PARTITION_CHANGE_RECORD", 0, {"topic_id": topic, "partition_id": 0, "leader": broker})
+
+    start = [("meta", "TOPIC_RECORD", 0, {"topic_id": topic, "name": "t"}), ("meta", "PARTITION_RECORD", 0, partition)]
+    noop = ("meta", "NO_OP_RECORD", 0, {})
+    logs = {"a": [*start, noop, noop, noop, leader(2), noop, noop],  # led by 2 after the period's end
+            "b": [*start, leader(3), *[noop] * 10],  # by 3 before it
+            "c": start}  # its last record before the end: asked nothing
+    source = tmp_path / "src"
+    for c, log in logs.items():
+        write_cluster(source, GenCluster(c, log), sizes=[1])
+    config = Config.load(warehouse={"path": str(tmp_path / "wh")}, identity={"cluster": "{cluster.id}"})
+    ingest(spark, [str(source)], config)
+    history.reconstruct(spark, config)
+    store = open_store(spark, config.warehouse)
+    built = history.built_clusters(store)
+    end = Period(None, datetime.fromtimestamp((TS0 + 4_500) / 1000, UTC))  # after offset 4's record, before 5's
+
+    rounds: list[set[str]] = []
+    answer = history._LogOffsets.answer
+
+    def asked(self: Any, asks: Any) -> Any:
+        rounds.append(set(asks))
+        return answer(self, asks)
+
+    monkeypatch.setattr(history._LogOffsets, "answer", asked)
+    now = reports.now_frames(store, built, sorted(logs), end)
+    together = list(rounds)
+    records = store.read(catalog()["records"])
+    alone = {}
+    for c in ("a", "b"):
+        rounds.clear()
+        alone[c] = history.offset_at(records, c, TS0 + 4_500, built[c]["last_offset"])
+        assert len(rounds) <= len(together)
+    assert {c: n.offset for c, n in now.items()} == {**alone, "c": 1} == {"a": 4, "b": 4, "c": 1}
+    assert len(together) == 3 and all(r == {"a", "b"} for r in together), together
+    assert {c: n.frames["partitions"]["leader"].tolist() for c, n in now.items()} == {"a": [1], "b": [3], "c": [1]}
+    histories = {k: store.read(history_tables()[k]) for k in NOW_COLUMNS}
+    for c, n in now.items():
+        for kind, df in history.state_at(histories, c, n.offset).items():
+            cols = NOW_COLUMNS[kind]
+            expected = (df.select(*cols) if cols else df.drop("cluster_id")).toPandas()
+            pd.testing.assert_frame_equal(n.frames[kind], expected)

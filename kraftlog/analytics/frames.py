@@ -9,17 +9,20 @@ from __future__ import annotations
 import functools
 import operator
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kraftlog.points import Records, last_offset_at
+from kraftlog.commits import CommitMarks
+from kraftlog.points import ANY, GREATEST, Ask, Records, last_offset_at
 from kraftlog.storage import Storage, join, normalize
 
 DEFAULT_WAREHOUSE = "warehouse"
+T = TypeVar("T")
 
 
 def warehouse_path(default: str = DEFAULT_WAREHOUSE) -> str | Path:
@@ -45,9 +48,16 @@ def _delta_table(warehouse: str | Path, name: str) -> Any:
     return dt
 
 
+def _histories(warehouse: str | Path, read: Callable[[], T]) -> T:
+    """``read()`` of history tables as no build left them half committed (``kraftlog.commits``, the commands' rule):
+    read again once a build committing them has finished; ``NotBuilt`` where one stopped while committing them."""
+    return CommitMarks(Storage.from_environment(), normalize(str(warehouse))).read_histories(read, leased=False)
+
+
 def clusters(warehouse: str | Path) -> list[str]:
     """The clusters whose histories were built (``replay_ranges``)."""
-    return sorted(read_table(warehouse, "replay_ranges", columns=["cluster_id"])["cluster_id"])
+    return _histories(warehouse, lambda: sorted(read_table(warehouse, "replay_ranges",
+                                                           columns=["cluster_id"])["cluster_id"]))
 
 
 def holding_at(df: pd.DataFrame, offset: int, start: str = "valid_from_offset", end: str = "valid_to_offset"
@@ -59,39 +69,41 @@ def holding_at(df: pd.DataFrame, offset: int, start: str = "valid_from_offset", 
 
 def state_at(warehouse: str | Path, kind: str, cluster: str, offset: int) -> pd.DataFrame:
     """The versions of entity ``kind`` (brokers, partitions, ...) valid at ``offset`` (inclusive)."""
-    h = holding_at(read_table(warehouse, f"{kind}_history", cluster), offset)
+    h = _histories(warehouse, lambda: holding_at(read_table(warehouse, f"{kind}_history", cluster), offset))
     return h.drop(columns=["valid_to_offset", "valid_to", "ended_by"]).reset_index(drop=True)
 
 
 def offset_at(warehouse: str | Path, cluster: str, when: pd.Timestamp | str) -> int:
     """The last log offset whose record time is at or before ``when`` (-1 if none), read from the end of the log
-    (``kraftlog.points.last_offset_at``), not from every record of the cluster."""
+    (``kraftlog.points.last_offsets_at``), not from every record of the cluster."""
     t = pd.Timestamp(when)
     t = t.tz_localize("UTC") if t.tzinfo is None else t
-    return last_offset_at(_LogOffsets(warehouse, cluster), int(t.value // 1_000_000))
+    return last_offset_at(_LogOffsets(warehouse), cluster, int(t.value // 1_000_000))
 
 
 class _LogOffsets:
-    """``kraftlog.points.RecordOffsets`` of one cluster's log records in the ``records`` table, with Arrow datasets
+    """``kraftlog.points.RecordOffsets`` of the clusters' log records in the ``records`` table, with Arrow datasets
     (row groups pruned by their statistics)."""
 
-    def __init__(self, warehouse: str | Path, cluster: str):
+    def __init__(self, warehouse: str | Path):
         self.records = _delta_table(warehouse, "records").to_pyarrow_dataset()
-        self.log = (pc.field("cluster_id") == cluster) & (pc.field("source") == "log")
         self.time = self.records.schema.field("timestamp").type
 
-    def _filter(self, records: Records) -> pc.Expression:
+    def _filter(self, cluster: str, records: Records) -> pc.Expression:
         conditions = records.conditions(pc.field, lambda ms: pa.scalar(ms, pa.timestamp("ms", "UTC")).cast(self.time))
-        return functools.reduce(operator.and_, conditions, self.log)
+        return functools.reduce(operator.and_, conditions, (pc.field("cluster_id") == cluster)
+                                & (pc.field("source") == "log"))
 
     # (scans on Arrow's threads over delta-rs's file system could leave a thread running at exit: the process aborted
     # there, "terminate called without an active exception", in 2 of 19 runs, in none of 40 without them)
-    def extreme(self, records: Records, greatest: bool) -> int | None:
-        offsets = self.records.to_table(columns=["log_offset"], filter=self._filter(records),
-                                        use_threads=False)["log_offset"]
-        value = (pc.max if greatest else pc.min)(offsets).as_py()
-        return None if value is None else int(value)
-
-    def any(self, records: Records) -> bool:
-        return self.records.head(1, columns=["log_offset"], filter=self._filter(records), use_threads=False
-                                 ).num_rows > 0
+    def answer(self, asks: Mapping[str, Ask]) -> dict[str, int | None]:
+        found: dict[str, int | None] = {}
+        for c, ask in asks.items():
+            where = self._filter(c, ask.records)
+            if ask.what == ANY:
+                one = self.records.head(1, columns=["log_offset"], filter=where, use_threads=False)["log_offset"]
+                found[c] = one[0].as_py() if len(one) else None
+            else:
+                offsets = self.records.to_table(columns=["log_offset"], filter=where, use_threads=False)["log_offset"]
+                found[c] = (pc.max if ask.what == GREATEST else pc.min)(offsets).as_py()
+        return found

@@ -342,7 +342,8 @@ def now_cards(now: Now, f: dict[str, pd.DataFrame]) -> list[tuple[str, str, bool
 def _now_panel(now: Now, f: dict[str, pd.DataFrame]) -> str:
     b, p, feats = now.frames["brokers"], now.frames["partitions"], now.frames["features"]
     leaders = (p[p["leader"] >= 0].groupby("leader").size().rename("leaders").rename_axis("broker_id").reset_index()
-               if not p.empty else pd.DataFrame(columns=["broker_id", "leaders"]))
+               if not p.empty else pd.DataFrame({"broker_id": pd.Series(dtype="int64"),
+                                                 "leaders": pd.Series(dtype="int64")}))
     brokers = b.merge(leaders, on="broker_id", how="left").fillna({"leaders": 0}) if not b.empty else b
     return (f"<h2 id='now'>Now: offset {now.offset} (the end of the period)</h2>" + _cards(now_cards(now, f))
             + "<div class='now'><div>" + _table(brokers, ["broker_id", "fenced", "in_controlled_shutdown", "rack",

@@ -17,19 +17,20 @@ import json
 import logging
 import operator
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.events import valid_at
+from kraftlog.commits import RECONSTRUCT
 from kraftlog.config import Config
 from kraftlog.errors import ClusterNotFound, NotBuilt, UsageError
-from kraftlog.lease import DEFAULT_TTL_S, current_holder
-from kraftlog.points import Records, check_in_log, last_offset_at
+from kraftlog.lease import DEFAULT_TTL_S
+from kraftlog.points import ANY, GREATEST, LEAST, Ask, Records, check_in_log, last_offsets_at
 from kraftlog.spark.bases import ClusterBase, LandedTables, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
 from kraftlog.spark.increments import Plan, last_builds, plan_build, state_table_rows
 from kraftlog.spark.replay import output_tables, replay
@@ -101,7 +102,6 @@ class ReconstructResult:
                 + ("; expressions interpreted" if self.interpreted else ""))
 
 
-RECONSTRUCT = "reconstruct"  # what a history build's lease and its commit mark are taken for
 
 
 def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = None,
@@ -126,7 +126,7 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
     if remade and clusters is not None:
         log.warning("%s created anew: every cluster is rebuilt, not only %s", ", ".join(remade), ", ".join(clusters))
         clusters = None
-    stopped = store.stopped(RECONSTRUCT)
+    stopped = store.marks.marked(RECONSTRUCT)
     if stopped is not None:  # its tables hold some of its commits and not others: nothing to go on from
         log.warning("reconstruct %s stopped while committing the histories: every cluster is replayed from its base",
                     stopped)
@@ -149,7 +149,7 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
             t_replay = time.time()
             done = [r.asDict() for r in store.read_staged(ranges, files).collect()]
         if files is not None or plan.gone or plan.refreshed or everything:
-            with store.committing(RECONSTRUCT, build_id):  # the histories, then the state (where each cluster stands)
+            with store.marks.committing(RECONSTRUCT, build_id):  # the histories, then where each cluster stands
                 if files is not None:
                     rows.update(_commit_histories(store, plan, files, everything, build_id))
                 if done or plan.gone or plan.refreshed or everything:
@@ -192,34 +192,55 @@ def read_histories(store: TableStore) -> History:
 
 def state_at(histories: History, cluster_id: str, offset: int, kinds: Iterable[str] | None = None) -> History:
     """The versions of every entity valid at ``offset`` (inclusive) of one cluster."""
+    return states_at(histories, {cluster_id: offset}, kinds)
+
+
+def states_at(histories: History, offsets: Mapping[str, int], kinds: Iterable[str] | None = None) -> History:
+    """The versions of every entity valid at an offset of each cluster (``offsets``: by cluster id), read together:
+    the bounds are literals, which the Parquet reader prunes row groups by."""
     wanted = set(kinds) if kinds is not None else set(histories)
-    return {k: df.filter((F.col("cluster_id") == cluster_id) & valid_at(F.lit(offset)))
-            for k, df in histories.items() if k in wanted}
+    holding = functools.reduce(operator.or_, [(F.col("cluster_id") == c) & valid_at(F.lit(o))
+                                              for c, o in offsets.items()], F.lit(False))
+    return {k: df.filter(holding) for k, df in histories.items() if k in wanted}
 
 
 def offset_at(records: DataFrame, cluster_id: str, timestamp_ms: int, known: int | None = None,
               span: int = 1024) -> int:
     """The last log offset of ``cluster_id`` whose record time is at or before ``timestamp_ms`` (-1 if none), read
-    from the end of the log (``kraftlog.points.last_offset_at``; ``known``: an offset the log holds)."""
-    return last_offset_at(_LogOffsets(records, cluster_id), timestamp_ms, known, span)
+    from the end of the log (``kraftlog.points.last_offsets_at``; ``known``: an offset the log holds)."""
+    return offsets_at(records, {cluster_id: (timestamp_ms, known)}, span)[cluster_id]
+
+
+def offsets_at(records: DataFrame, times: Mapping[str, tuple[int, int | None]], span: int = 1024) -> dict[str, int]:
+    """``offset_at`` of several clusters (``times``: by cluster id, the time and a known offset or None), their
+    questions asked together: a query a round for all of them."""
+    return last_offsets_at(_LogOffsets(records), times, span)
 
 
 class _LogOffsets:
-    """``kraftlog.points.RecordOffsets`` of one cluster's log records in the ``records`` table, with Spark."""
+    """``kraftlog.points.RecordOffsets`` of the clusters' log records in the ``records`` table, with Spark: a
+    round's least and greatest offsets in one aggregate, its ``any`` in one job of a one-row read each."""
 
-    def __init__(self, records: DataFrame, cluster_id: str):
-        self.log = records.filter((F.col("cluster_id") == cluster_id) & (F.col("source") == "log"))
+    def __init__(self, records: DataFrame):
+        self.log = records.filter(F.col("source") == "log")
 
-    def _of(self, records: Records) -> DataFrame:
+    @staticmethod
+    def _of(cluster_id: str, records: Records) -> Column:
         conditions = records.conditions(F.col, lambda ms: F.timestamp_millis(F.lit(ms)))
-        return self.log.filter(functools.reduce(operator.and_, conditions)) if conditions else self.log
+        return functools.reduce(operator.and_, conditions, F.col("cluster_id") == cluster_id)
 
-    def extreme(self, records: Records, greatest: bool) -> int | None:
-        row = self._of(records).agg((F.max if greatest else F.min)("log_offset").alias("o")).first()
-        return None if row is None or row["o"] is None else int(row["o"])
-
-    def any(self, records: Records) -> bool:
-        return bool(self._of(records).limit(1).collect())
+    def answer(self, asks: Mapping[str, Ask]) -> dict[str, int | None]:
+        extremes = {c: a.what for c, a in asks.items() if a.what != ANY}
+        found: dict[str, int | None] = {}
+        if extremes:
+            either = functools.reduce(operator.or_, [self._of(c, asks[c].records) for c in extremes])
+            for r in (self.log.filter(F.col("cluster_id").isin(list(extremes)) & either).groupBy("cluster_id")
+                      .agg(F.min("log_offset").alias(LEAST), F.max("log_offset").alias(GREATEST)).collect()):
+                found[r["cluster_id"]] = r[extremes[r["cluster_id"]]]
+        if anys := [self.log.filter(self._of(c, a.records)).select("cluster_id", "log_offset").limit(1)
+                    for c, a in asks.items() if a.what == ANY]:
+            found.update({r["cluster_id"]: r["log_offset"] for r in functools.reduce(DataFrame.union, anys).collect()})
+        return found
 
 
 def to_image(state: History, offset: int = -1, timestamp_ms: int = 0) -> Image:
@@ -239,26 +260,16 @@ def built_clusters(store: TableStore, wait_s: float = DEFAULT_TTL_S, poll_s: flo
     warehouse's lease) a reader waits for it to finish, up to ``wait_s``; a build that stopped while committing
     (its mark left, the lease no longer its own) is an error until the next build has replayed from the bases."""
     ranges = replay_ranges_table()
-    deadline = time.monotonic() + wait_s
-    while True:
+
+    def read() -> list[Any]:
         try:
-            rows = store.read(ranges).select(*ranges.columns, F.unix_millis("base_timestamp").alias("base_ms"),
+            return store.read(ranges).select(*ranges.columns, F.unix_millis("base_timestamp").alias("base_ms"),
                                              F.unix_millis("last_timestamp").alias("last_ms")).collect()
         except Exception as e:  # no build yet
             raise NotBuilt(f"no entity histories under {store.warehouse}: run `kraftlog reconstruct` first") from e
-        building = store.stopped(RECONSTRUCT)
-        if building is None:
-            return {r["cluster_id"]: r.asDict() for r in rows}
-        holder = None if store.lease is not None else current_holder(store.storage, store.warehouse)
-        if holder is None or not holder.live() or holder.run != building:
-            raise NotBuilt(f"the entity histories under {store.warehouse} are incomplete: reconstruct {building} "
-                           "stopped while committing them (run `kraftlog reconstruct`: it replays every cluster "
-                           "from its base)")
-        if time.monotonic() >= deadline:
-            raise NotBuilt(f"the entity histories under {store.warehouse} are being committed by reconstruct "
-                           f"{building}, still after {wait_s:.0f} s: try again once it has finished")
-        log.info("reconstruct %s is committing the histories under %s: waiting for it", building, store.warehouse)
-        time.sleep(poll_s)
+
+    rows = store.marks.read_histories(read, store.lease is not None, wait_s, poll_s)
+    return {r["cluster_id"]: r.asDict() for r in rows}
 
 
 def image_at(store: TableStore, cluster_id: str, offset: int | None = None, timestamp_ms: int | None = None,
@@ -385,8 +396,10 @@ __all__ = [
     "differing_json",
     "image_at",
     "offset_at",
+    "offsets_at",
     "pseudo_cluster",
     "read_histories",
     "reconstruct",
     "state_at",
+    "states_at",
 ]

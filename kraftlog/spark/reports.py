@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from kraftlog.analytics.definitions import event_tables
 from kraftlog.analytics.report import NOW_COLUMNS, Activity, Now, Period, Report, bin_seconds, render_index, report_name
 from kraftlog.identity import choose_cluster
-from kraftlog.spark.history import built_clusters, offset_at, state_at
+from kraftlog.spark.history import built_clusters, offsets_at, states_at
 from kraftlog.spark.predicates import of_clusters
 from kraftlog.spark.session import JobThreads
 from kraftlog.spark.store import TableStore
@@ -59,31 +59,31 @@ def report_frames(store: TableStore, cluster_ids: list[str], period: Period, job
 def now_frames(store: TableStore, ranges: dict[str, Any], cluster_ids: list[str], period: Period
                ) -> dict[str, Now]:
     """Per cluster: what the report draws of the image at the end of the period (``NOW_COLUMNS``), from the
-    histories."""
+    histories: a read of each kind for all the clusters."""
+    offsets = end_offsets(store, {c: ranges[c] for c in cluster_ids}, period)
     tables = history_tables()
-    histories = {kind: store.read(tables[kind]) for kind in NOW_COLUMNS}
-    out = {}
-    for c in cluster_ids:
-        offset = end_offset(store, ranges[c], c, period)
-        state = state_at(histories, c, offset)
-        out[c] = Now(offset, {k: (df.select(*cols) if (cols := NOW_COLUMNS[k]) else df.drop("cluster_id")).toPandas()
-                              for k, df in state.items()})
-    return out
+    state = states_at({kind: store.read(tables[kind]) for kind in NOW_COLUMNS}, offsets)
+    frames: dict[str, pd.DataFrame] = {
+        k: (df.select("cluster_id", *cols) if (cols := NOW_COLUMNS[k]) else df).toPandas() for k, df in state.items()}
+    return {c: Now(offsets[c], {k: df[df["cluster_id"] == c].drop(columns="cluster_id").reset_index(drop=True)
+                                for k, df in frames.items()}) for c in cluster_ids}
 
 
-def end_offset(store: TableStore, built: dict[str, Any], cluster_id: str, period: Period) -> int:
-    """The last offset built (``built``: the cluster's ``built_clusters`` row) at or before the end of ``period``.
+def end_offsets(store: TableStore, built: dict[str, dict[str, Any]], period: Period) -> dict[str, int]:
+    """By cluster: the last offset built (``built``: the clusters' ``built_clusters`` rows) at or before the end of
+    ``period``.
 
     Where the last record built is at or before the end (a report of the whole log, or of a period that ends after
-    what landed), that record's, and no record is read; else ``offset_at``'s (which reads from the first record
-    after the end on)."""
-    last = built["last_offset"] if built["last_offset"] is not None else built["base_offset"]
+    what landed), that record's, and no record is read; else ``offsets_at``'s (which reads from the first record
+    after the end on, the clusters' questions together)."""
+    last = {c: int(r["last_offset"] if r["last_offset"] is not None else r["base_offset"]) for c, r in built.items()}
     if period.end is None:
-        return int(last)
+        return last
     end_ms = int(period.end.timestamp() * 1000)
-    if built["last_offset"] is not None and built["last_ms"] is not None and built["last_ms"] <= end_ms:
-        return int(last)  # (the last offset is the greatest, and its time is at or before the end)
-    return min(last, offset_at(store.read(catalog()["records"]), cluster_id, end_ms, built["last_offset"]))
+    ask = {c: (end_ms, r["last_offset"]) for c, r in built.items()  # (the last offset is the greatest: if its time
+           if r["last_offset"] is None or r["last_ms"] is None or r["last_ms"] > end_ms}  # is before the end, it)
+    found = offsets_at(store.read(catalog()["records"]), ask) if ask else {}
+    return {c: min(o, found.get(c, o)) for c, o in last.items()}
 
 
 def activity_frames(store: TableStore, cluster_ids: list[str], period: Period) -> dict[str, Activity]:

@@ -44,6 +44,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from kraftlog.commits import CommitMarks
 from kraftlog.config import Config
 from kraftlog.errors import KraftlogError, UsageError
 from kraftlog.lease import Lease
@@ -488,27 +489,10 @@ class TableStore(ABC):
         self._apply(manifest)
         self.storage.delete(uri)
 
-    # -- builds committing -------------------------------------------------------------------------------
-    def _committing(self, purpose: str) -> str:
-        return join(self.warehouse, "_kraftlog", "committing", f"{purpose}.json")
-
-    @contextmanager
-    def committing(self, purpose: str, build_id: str) -> Iterator[None]:
-        """Mark a build of ``purpose`` as committing while the block runs: the mark is written before its first
-        commit and removed after its last, so a build that stops between them (killed, or a commit failed) leaves
-        it for the next to find (``stopped``): its tables hold some of its commits and not others."""
-        uri = self._committing(purpose)
-        self.storage.write_bytes(uri, json.dumps({"build_id": build_id}).encode())  # whole or not at all
-        yield  # (not removed when the block raises: the build stopped)
-        self.storage.delete(uri)
-
-    def stopped(self, purpose: str) -> str | None:
-        """The id of the build of ``purpose`` that stopped while committing (``committing``); None: none did."""
-        try:
-            mark = self.storage.read_bytes(self._committing(purpose))  # (one GET on an object store)
-        except FileNotFoundError:
-            return None
-        return str(json.loads(mark)["build_id"])
+    @property
+    def marks(self) -> CommitMarks:
+        """The commit marks of the warehouse's builds (``kraftlog.commits``)."""
+        return CommitMarks(self.storage, self.warehouse)
 
     def discard_staging(self, run_id: str) -> None:
         """Remove a run's scratch files (the index of competing files, delta-spark's staged files)."""
