@@ -449,6 +449,34 @@ def test_offset_at_is_the_last_record_at_or_before_the_time_read_from_the_end(
     assert offset_at(records, "c", at, hint, span=span) == expected
 
 
+def test_offsets_and_states_of_hundreds_of_clusters_are_read_together(spark: Any) -> None:
+    """``offsets_at`` and ``states_at`` of 400 clusters at once (a report of a fleet): each cluster's answer is its
+    own, as asked alone. Their bounds are SQL parsed into one balanced expression (``offsets_at``) or, past
+    ``SQL_TERMS`` clusters, a join (``states_at``): a filter of 400 terms built as columns overflows the JVM's stack."""
+    import random
+
+    from kraftlog.spark.history import offsets_at, state_at, states_at
+
+    rng = random.Random(5)
+    records, versions, times, at = [], [], {}, {}
+    for i in range(400):
+        c = f"c{i:03d}"
+        for o in range(rng.randrange(1, 6)):
+            records.append((c, "log", o, datetime.fromtimestamp((100 + 10 * o) / 1000, UTC)))
+            versions.append((c, o, rng.choice([None, o + rng.randrange(1, 4)])))
+        times[c] = (100 + 10 * rng.randrange(0, 6) + rng.choice([-1, 0, 5]), None)
+        at[c] = rng.randrange(0, 6)
+    df = spark.createDataFrame(records, "cluster_id string, source string, log_offset long, timestamp timestamp")
+    expected = {c: max((o for cc, _, o, t in records if cc == c and t.timestamp() * 1000 <= ms), default=-1)
+                for c, (ms, _) in times.items()}
+    assert offsets_at(df, times) == expected
+    hist = {"v": spark.createDataFrame(versions, "cluster_id string, valid_from_offset long, valid_to_offset long")}
+    together = {tuple(r) for r in states_at(hist, at)["v"].collect()}
+    assert together == {v for v in versions if v[1] <= at[v[0]] and (v[2] is None or v[2] > at[v[0]])}
+    assert {tuple(r) for r in state_at(hist, "c007", at["c007"])["v"].collect()} == {
+        v for v in together if v[0] == "c007"}
+
+
 @pytest.mark.parametrize("apart", [64, 1])
 def test_verify_reads_only_the_versions_that_can_hold_at_a_snapshot_it_checks(spark: Any, monkeypatch: Any,
                                                                                apart: int) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.events import valid_at
@@ -33,8 +33,9 @@ from kraftlog.lease import DEFAULT_TTL_S
 from kraftlog.points import ANY, GREATEST, LEAST, Ask, Records, check_in_log, last_offsets_at
 from kraftlog.spark.bases import ClusterBase, LandedTables, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
 from kraftlog.spark.increments import Plan, last_builds, plan_build, state_table_rows
+from kraftlog.spark.predicates import SQL_TERMS, of_clusters, sql_literal
 from kraftlog.spark.replay import output_tables, replay
-from kraftlog.spark.session import interpreted
+from kraftlog.spark.session import interpreted, local_frame
 from kraftlog.spark.store import StagedFile, TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table, replay_state_table
 from kraftlog.state.local import Difference
@@ -197,11 +198,19 @@ def state_at(histories: History, cluster_id: str, offset: int, kinds: Iterable[s
 
 def states_at(histories: History, offsets: Mapping[str, int], kinds: Iterable[str] | None = None) -> History:
     """The versions of every entity valid at an offset of each cluster (``offsets``: by cluster id), read together:
-    the bounds are literals, which the Parquet reader prunes row groups by."""
+    for up to ``SQL_TERMS`` clusters by literal bounds, which the Parquet reader prunes row groups by; for more, the
+    clusters' rows joined with their offsets (a filter of hundreds of terms costs Spark more than it saves, and
+    deepens its plans past the JVM's stack)."""
     wanted = set(kinds) if kinds is not None else set(histories)
-    holding = functools.reduce(operator.or_, [(F.col("cluster_id") == c) & valid_at(F.lit(o))
-                                              for c, o in offsets.items()], F.lit(False))
-    return {k: df.filter(holding) for k, df in histories.items() if k in wanted}
+    chosen = {k: df for k, df in histories.items() if k in wanted}
+    if len(offsets) <= SQL_TERMS:
+        holding = functools.reduce(operator.or_, [(F.col("cluster_id") == c) & valid_at(F.lit(o))
+                                                  for c, o in offsets.items()], F.lit(False))
+        return {k: df.filter(holding) for k, df in chosen.items()}
+    return {k: df.filter(of_clusters(list(offsets))).join(
+        F.broadcast(local_frame(df.sparkSession, list(offsets.items()), "_at_cluster string, _at_offset long")),
+        (F.col("cluster_id") == F.col("_at_cluster")) & valid_at(F.col("_at_offset")), "left_semi")
+        for k, df in chosen.items()}
 
 
 def offset_at(records: DataFrame, cluster_id: str, timestamp_ms: int, known: int | None = None,
@@ -219,28 +228,50 @@ def offsets_at(records: DataFrame, times: Mapping[str, tuple[int, int | None]], 
 
 class _LogOffsets:
     """``kraftlog.points.RecordOffsets`` of the clusters' log records in the ``records`` table, with Spark: a
-    round's least and greatest offsets in one aggregate, its ``any`` in one job of a one-row read each."""
+    round's least and greatest offsets in one aggregate, its ``any`` in one job of a one-row read each. The round's
+    bounds are SQL, parsed once (hundreds of clusters' terms as one balanced expression, not a column built term by
+    term over py4j), and literals, which the Parquet reader prunes row groups by."""
 
     def __init__(self, records: DataFrame):
         self.log = records.filter(F.col("source") == "log")
 
     @staticmethod
-    def _of(cluster_id: str, records: Records) -> Column:
-        conditions = records.conditions(F.col, lambda ms: F.timestamp_millis(F.lit(ms)))
-        return functools.reduce(operator.and_, conditions, F.col("cluster_id") == cluster_id)
+    def _of(cluster_id: str, records: Records) -> str:
+        terms = [f"cluster_id = {sql_literal(cluster_id)}",
+                 *records.conditions(_SqlColumn, lambda ms: f"timestamp_millis({int(ms)})")]
+        return "(" + " AND ".join(terms) + ")"
 
     def answer(self, asks: Mapping[str, Ask]) -> dict[str, int | None]:
         extremes = {c: a.what for c, a in asks.items() if a.what != ANY}
         found: dict[str, int | None] = {}
         if extremes:
-            either = functools.reduce(operator.or_, [self._of(c, asks[c].records) for c in extremes])
-            for r in (self.log.filter(F.col("cluster_id").isin(list(extremes)) & either).groupBy("cluster_id")
+            either = F.expr(" OR ".join(self._of(c, asks[c].records) for c in extremes))
+            for r in (self.log.filter(either).groupBy("cluster_id")
                       .agg(F.min("log_offset").alias(LEAST), F.max("log_offset").alias(GREATEST)).collect()):
                 found[r["cluster_id"]] = r[extremes[r["cluster_id"]]]
-        if anys := [self.log.filter(self._of(c, a.records)).select("cluster_id", "log_offset").limit(1)
+        if anys := [self.log.filter(F.expr(self._of(c, a.records))).select("cluster_id", "log_offset").limit(1)
                     for c, a in asks.items() if a.what == ANY]:
             found.update({r["cluster_id"]: r["log_offset"] for r in functools.reduce(DataFrame.union, anys).collect()})
         return found
+
+
+class _SqlColumn:
+    """A column in SQL text, whose comparisons with a value are SQL text (for ``Records.conditions``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __ge__(self, value: object) -> str:
+        return f"{self.name} >= {value}"
+
+    def __gt__(self, value: object) -> str:
+        return f"{self.name} > {value}"
+
+    def __le__(self, value: object) -> str:
+        return f"{self.name} <= {value}"
+
+    def __lt__(self, value: object) -> str:
+        return f"{self.name} < {value}"
 
 
 def to_image(state: History, offset: int = -1, timestamp_ms: int = 0) -> Image:
