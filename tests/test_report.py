@@ -258,3 +258,23 @@ def test_the_now_panels_of_several_clusters_ask_their_questions_together(spark: 
             cols = NOW_COLUMNS[kind]
             expected = (df.select(*cols) if cols else df.drop("cluster_id")).toPandas()
             pd.testing.assert_frame_equal(n.frames[kind], expected)
+
+
+def test_the_rows_of_many_clusters_are_split_in_one_pass_as_each_cluster_filtered_alone() -> None:
+    """``by_cluster``: each cluster's frame equals its rows filtered alone (order, types, a fresh index), an empty
+    frame of the same columns for a cluster with none, and a frame of its own (changing it changes no other)."""
+    import random
+
+    import pandas as pd
+
+    from kraftlog.spark.reports import by_cluster
+
+    rng = random.Random(3)
+    df = pd.DataFrame({"cluster_id": [rng.choice("abcd") for _ in range(200)], "n": range(200),
+                       "x": [rng.choice([None, 1.5, 2.0]) for _ in range(200)], "s": [str(i) for i in range(200)]})
+    split = by_cluster(df, ["a", "b", "c", "z"])
+    for c, frame in split.items():
+        pd.testing.assert_frame_equal(frame, df[df["cluster_id"] == c].drop(columns="cluster_id")
+                                      .reset_index(drop=True))
+    split["a"].loc[0, "n"] = -1
+    assert (df["n"] >= 0).all() and (split["b"]["n"] >= 0).all()

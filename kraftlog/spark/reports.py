@@ -52,8 +52,22 @@ def report_frames(store: TableStore, cluster_ids: list[str], period: Period, job
     with JobThreads(store.spark, jobs) as pool:
         read_ = {name: pool.submit(read, table) for name, table in event_tables().items()}
         tables = {name: future.result() for name, future in read_.items()}
-    return {c: {name: df[df["cluster_id"] == c].drop(columns="cluster_id").reset_index(drop=True)
-                for name, df in tables.items()} for c in cluster_ids}
+    split = {name: by_cluster(df, cluster_ids) for name, df in tables.items()}
+    return {c: {name: frames[c] for name, frames in split.items()} for c in cluster_ids}
+
+
+def by_cluster(df: pd.DataFrame, cluster_ids: list[str]) -> dict[str, pd.DataFrame]:
+    """The rows of ``df`` by cluster, without ``cluster_id``: a frame for each of ``cluster_ids`` (empty where it has
+    no row), its rows in their order. One pass over ``df``, not one per cluster (the 10x corpus's 380 clusters:
+    14.6 s of a 17 s report)."""
+    rest = df.drop(columns="cluster_id")
+    rows = df.groupby("cluster_id", sort=False).indices
+    out = {}
+    for c in cluster_ids:
+        frame = rest.iloc[rows.get(c, [])]  # (a copy already: its index renumbered in place, not copied again)
+        frame.index = pd.RangeIndex(len(frame))
+        out[c] = frame
+    return out
 
 
 def now_frames(store: TableStore, ranges: dict[str, Any], cluster_ids: list[str], period: Period
@@ -65,8 +79,8 @@ def now_frames(store: TableStore, ranges: dict[str, Any], cluster_ids: list[str]
     state = states_at({kind: store.read(tables[kind]) for kind in NOW_COLUMNS}, offsets)
     frames: dict[str, pd.DataFrame] = {
         k: (df.select("cluster_id", *cols) if (cols := NOW_COLUMNS[k]) else df).toPandas() for k, df in state.items()}
-    return {c: Now(offsets[c], {k: df[df["cluster_id"] == c].drop(columns="cluster_id").reset_index(drop=True)
-                                for k, df in frames.items()}) for c in cluster_ids}
+    split = {k: by_cluster(df, cluster_ids) for k, df in frames.items()}
+    return {c: Now(offsets[c], {k: of[c] for k, of in split.items()}) for c in cluster_ids}
 
 
 def end_offsets(store: TableStore, built: dict[str, dict[str, Any]], period: Period) -> dict[str, int]:
@@ -106,8 +120,8 @@ def activity_frames(store: TableStore, cluster_ids: list[str], period: Period) -
                    F.sum((F.col("record_type") == "NO_OP_RECORD").cast("long")).alias("noop_records"))
               .select("cluster_id", F.timestamp_seconds("_s").alias("start"), "records", "noop_records")
               .toPandas())
-    return {c: Activity(widths[c], binned[binned["cluster_id"] == c].drop(columns="cluster_id")
-                        .reset_index(drop=True)) for c in cluster_ids}
+    bins = by_cluster(binned, cluster_ids)
+    return {c: Activity(widths[c], bins[c]) for c in cluster_ids}
 
 
 def build_reports(store: TableStore, clusters: list[str] | None, period: Period) -> list[Report]:
