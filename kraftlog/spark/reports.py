@@ -94,8 +94,9 @@ def end_offsets(store: TableStore, built: dict[str, dict[str, Any]], period: Per
     if period.end is None:
         return last
     end_ms = int(period.end.timestamp() * 1000)
-    ask = {c: (end_ms, r["last_offset"]) for c, r in built.items()  # (the last offset is the greatest: if its time
-           if r["last_offset"] is None or r["last_ms"] is None or r["last_ms"] > end_ms}  # is before the end, it)
+    # (the last offset is the greatest: a cluster whose last record is at or before the end has it, and asks nothing)
+    ask = {c: (end_ms, r["last_offset"]) for c, r in built.items()
+           if r["last_offset"] is None or r["last_ms"] is None or r["last_ms"] > end_ms}
     found = offsets_at(store.read(catalog()["records"]), ask) if ask else {}
     return {c: min(o, found.get(c, o)) for c, o in last.items()}
 
