@@ -103,8 +103,6 @@ class ReconstructResult:
                 + ("; expressions interpreted" if self.interpreted else ""))
 
 
-
-
 def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = None,
                 clusters: list[str] | None = None, full: bool = False) -> ReconstructResult:
     """Bring the entity histories up to date with the landed tables: clusters whose log only grew go on from
