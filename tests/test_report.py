@@ -278,3 +278,41 @@ def test_the_rows_of_many_clusters_are_split_in_one_pass_as_each_cluster_filtere
                                       .reset_index(drop=True))
     split["a"].loc[0, "n"] = -1
     assert (df["n"] >= 0).all() and (split["b"]["n"] >= 0).all()
+
+
+def test_the_pages_of_many_clusters_are_drawn_by_executors_as_the_driver_draws_them(sample_events: Any, spark: Any,
+                                                                                     tmp_path: Path,
+                                                                                     monkeypatch: Any) -> None:
+    """``write_pages``: past ``DRIVER_PAGES`` pages, executor tasks draw and write them (the driver draws none);
+    each page is the one its report draws on the driver, byte for byte, at its own URI, in the reports' order; up to
+    ``DRIVER_PAGES``, the driver draws them."""
+    import dataclasses
+
+    from kraftlog.analytics.report import Period, report_name
+    from kraftlog.spark import reports
+    from kraftlog.spark.store import open_store
+    from kraftlog.storage import join, normalize
+
+    wh, _ = sample_events
+    store = open_store(spark, str(wh))
+    sample = reports.build_reports(store, None, Period())[0]
+    many = [dataclasses.replace(sample, cluster_id=f"src{i}:{sample.cluster_id}", frames={
+        # (each its own page: a table cut to its first i rows)
+        **sample.frames, "leader_elections": sample.frames["leader_elections"].head(i)}) for i in range(5)]
+    on_driver: list[str] = []
+    write_page = reports._write_page
+
+    def counted(report: Any, out_dir: str, storage: Any) -> str:
+        on_driver.append(report.cluster_id)
+        return write_page(report, out_dir, storage)
+
+    monkeypatch.setattr(reports, "_write_page", counted)
+    uris = reports.write_pages(store, many, str(tmp_path / "many"))
+    assert on_driver == []
+    assert uris == [join(normalize(str(tmp_path / "many")), report_name(r.cluster_id)) for r in many]
+    pages = [(tmp_path / "many" / report_name(r.cluster_id)).read_text() for r in many]
+    assert pages == [r.html() for r in many] and len(set(pages)) == len(many)
+    few = many[:reports.DRIVER_PAGES]
+    reports.write_pages(store, few, str(tmp_path / "few"))
+    assert on_driver == [r.cluster_id for r in few]
+    assert [(tmp_path / "few" / report_name(r.cluster_id)).read_text() for r in few] == [r.html() for r in few]

@@ -37,7 +37,7 @@ def is_connect(spark: SparkSession) -> bool:
 
 
 _ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "bigint": pa.int64(), "int": pa.int32(),
-                "timestamp": pa.timestamp("us", tz="UTC")}
+                "timestamp": pa.timestamp("us", tz="UTC"), "binary": pa.binary()}
 
 
 @functools.cache
@@ -48,9 +48,9 @@ def _arrow_schema(ddl: str) -> pa.Schema:
 
 def local_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], ddl: str) -> DataFrame:
     """Rows the driver holds as a DataFrame of the plan itself (a ``LocalRelation``, handed over as Arrow), of the
-    columns ``ddl`` names (``"cluster_id string, at long"``: string, long, int, timestamp). ``createDataFrame`` of a
-    list makes an RDD of pickled rows instead: each join or broadcast of it runs a Spark job of Python tasks (0.3-1
-    s each in a 5M-record increment, several per run)."""
+    columns ``ddl`` names (``"cluster_id string, at long"``: string, long, int, timestamp, binary).
+    ``createDataFrame`` of a list makes an RDD of pickled rows instead: each join or broadcast of it runs a Spark job
+    of Python tasks (0.3-1 s each in a 5M-record increment, several per run)."""
     schema = _arrow_schema(ddl)
     columns = list(zip(*rows, strict=True)) or [() for _ in schema]
     table = pa.table([pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
