@@ -556,15 +556,17 @@ def test_a_reader_waits_while_a_build_commits_the_histories_and_fails_on_one_tha
             committing.set()
             done.wait(seconds)
 
+    topics = frames.read_table(config.warehouse, "topics_history")
     readers = {"commands": lambda: set(built_clusters(store, poll_s=0.2)), "notebooks": lambda: set(
-        frames.clusters(config.warehouse))}  # (delta-rs) by the same rule
+        frames.clusters(config.warehouse)),  # (delta-rs) by the same rule, and so a history table read as it is
+        "notebooks' tables": lambda: set(frames.read_table(config.warehouse, "topics_history")["topic_id"])}
     for name, read in readers.items():
         committing.clear()  # before the build starts, which may set it at once
         builder = threading.Thread(target=build, args=(3.0,))
         builder.start()
         assert committing.wait(30)
         t = time.monotonic()
-        assert read() == set(before), name  # it waited for the build to finish
+        assert read() == (set(topics["topic_id"]) if "tables" in name else set(before)), name  # it waited
         waited = time.monotonic() - t
         builder.join()
         assert waited >= 1.0, (name, waited)
@@ -588,10 +590,12 @@ def test_a_reader_waits_while_a_build_commits_the_histories_and_fails_on_one_tha
     with pytest.raises(NotBuilt, match="incomplete: reconstruct b-1 stopped while committing them"):
         built_clusters(store)
     for notebook in (lambda: frames.clusters(config.warehouse),
-                     lambda: frames.state_at(config.warehouse, "topics", "c", 1)):
+                     lambda: frames.state_at(config.warehouse, "topics", "c", 1),
+                     lambda: frames.read_table(config.warehouse, "topics_history")):
         with pytest.raises(NotBuilt, match="incomplete: reconstruct b-1 stopped while committing them"):
             notebook()
     assert time.monotonic() - t < 5
+    assert len(frames.read_table(config.warehouse, "records")) == 2  # (a table no history build commits)
 
 
 def test_a_log_that_only_grew_by_noops_rewrites_only_open_windows_and_per_cluster_tables(spark: Any,

@@ -9,9 +9,9 @@ from __future__ import annotations
 import functools
 import operator
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -19,10 +19,10 @@ import pyarrow.compute as pc
 
 from kraftlog.commits import CommitMarks
 from kraftlog.points import ANY, GREATEST, Ask, Records, last_offset_at
+from kraftlog.state.entities import replay_tables
 from kraftlog.storage import Storage, join, normalize
 
 DEFAULT_WAREHOUSE = "warehouse"
-T = TypeVar("T")
 
 
 def warehouse_path(default: str = DEFAULT_WAREHOUSE) -> str | Path:
@@ -34,9 +34,20 @@ def warehouse_path(default: str = DEFAULT_WAREHOUSE) -> str | Path:
 
 def read_table(warehouse: str | Path, name: str, cluster: str | None = None,
                columns: list[str] | None = None) -> pd.DataFrame:
-    """Table ``name`` of the warehouse (only ``cluster``'s rows if given) as a pandas frame."""
-    filters = [("cluster_id", "=", cluster)] if cluster is not None else None
-    return _delta_table(warehouse, name).to_pandas(columns=columns, filters=filters)
+    """Table ``name`` of the warehouse (only ``cluster``'s rows if given) as a pandas frame. A table that a history
+    build commits (an entity history, ``replay_ranges``) is read as no build left it half committed, by the
+    commands' rule (``kraftlog.commits``): read again once a build committing it has finished; ``NotBuilt`` where
+    one stopped while committing it."""
+    def read() -> pd.DataFrame:
+        filters = [("cluster_id", "=", cluster)] if cluster is not None else None
+        return _delta_table(warehouse, name).to_pandas(columns=columns, filters=filters)
+
+    if name not in _HISTORY_BUILT:
+        return read()
+    return CommitMarks(Storage.from_environment(), normalize(str(warehouse))).read_histories(read, leased=False)
+
+
+_HISTORY_BUILT = frozenset(t.name for t in replay_tables())
 
 
 def _delta_table(warehouse: str | Path, name: str) -> Any:
@@ -48,16 +59,9 @@ def _delta_table(warehouse: str | Path, name: str) -> Any:
     return dt
 
 
-def _histories(warehouse: str | Path, read: Callable[[], T]) -> T:
-    """``read()`` of history tables as no build left them half committed (``kraftlog.commits``, the commands' rule):
-    read again once a build committing them has finished; ``NotBuilt`` where one stopped while committing them."""
-    return CommitMarks(Storage.from_environment(), normalize(str(warehouse))).read_histories(read, leased=False)
-
-
 def clusters(warehouse: str | Path) -> list[str]:
     """The clusters whose histories were built (``replay_ranges``)."""
-    return _histories(warehouse, lambda: sorted(read_table(warehouse, "replay_ranges",
-                                                           columns=["cluster_id"])["cluster_id"]))
+    return sorted(read_table(warehouse, "replay_ranges", columns=["cluster_id"])["cluster_id"])
 
 
 def holding_at(df: pd.DataFrame, offset: int, start: str = "valid_from_offset", end: str = "valid_to_offset"
@@ -69,7 +73,7 @@ def holding_at(df: pd.DataFrame, offset: int, start: str = "valid_from_offset", 
 
 def state_at(warehouse: str | Path, kind: str, cluster: str, offset: int) -> pd.DataFrame:
     """The versions of entity ``kind`` (brokers, partitions, ...) valid at ``offset`` (inclusive)."""
-    h = _histories(warehouse, lambda: holding_at(read_table(warehouse, f"{kind}_history", cluster), offset))
+    h = holding_at(read_table(warehouse, f"{kind}_history", cluster), offset)
     return h.drop(columns=["valid_to_offset", "valid_to", "ended_by"]).reset_index(drop=True)
 
 

@@ -34,10 +34,10 @@ from kraftlog.points import ANY, GREATEST, LEAST, Ask, Records, check_in_log, la
 from kraftlog.spark.bases import ClusterBase, LandedTables, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
 from kraftlog.spark.increments import Plan, last_builds, plan_build, state_table_rows
 from kraftlog.spark.predicates import SQL_TERMS, of_clusters, sql_literal
-from kraftlog.spark.replay import output_tables, replay
+from kraftlog.spark.replay import replay
 from kraftlog.spark.session import interpreted, local_frame
 from kraftlog.spark.store import StagedFile, TableStore, new_run_id, store_for, writing
-from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table, replay_state_table
+from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table, replay_state_table, replay_tables
 from kraftlog.state.local import Difference
 from kraftlog.state.replay import Change, Image
 from kraftlog.tables.definitions import catalog
@@ -118,7 +118,7 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
                  interpreted_below: int) -> ReconstructResult:
     t0 = time.time()
     state_table = replay_state_table()
-    remade = store.ensure_all(output_tables())
+    remade = store.ensure_all(replay_tables())
     if not store.ensure(state_table) and remade:  # histories of another layout: nothing to go on from
         store.drop(state_table)
         store.ensure(state_table)
@@ -137,7 +137,7 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
         t_plan = time.time()
         log.info("reconstruct: %d cluster(s) go on from their last build, %d replayed from their base, %d unchanged, "
                  "%d gone", len(plan.resumed), len(plan.rebuilt), len(plan.unchanged), len(plan.gone))
-        rows = {t.name: 0 for t in output_tables()}
+        rows = {t.name: 0 for t in replay_tables()}
         everything = clusters is None and plan.from_scratch  # every table replaced in one commit each
         done: list[dict[str, Any]] = []
         t_replay = t_plan
@@ -170,7 +170,7 @@ def _commit_histories(store: TableStore, plan: Plan, files: list[StagedFile], ev
     ranges = replay_ranges_table()
     kinds = {t.name: kind for kind, t in history_tables().items()}
     rows = {}
-    for t in output_tables():
+    for t in replay_tables():
         mine = [f for f in files if f.table == t.name]
         where = None if everything else plan.cluster_where() if t is ranges else plan.history_where(kinds[t.name])
         if where is None and not everything:  # none of its rows change (going on, no topic named)

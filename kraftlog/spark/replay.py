@@ -36,10 +36,10 @@ from kraftlog.spark.bases import ClusterBase, TableSource, may_hold
 from kraftlog.spark.predicates import Scope, of_clusters, only_topics
 from kraftlog.spark.session import default_parallelism, local_frame
 from kraftlog.spark.store import StagedFile, TableStore, open_apart, restage, staged_rows
-from kraftlog.state.entities import BY_NAME, history_tables, previous_column, replay_ranges_table
+from kraftlog.state.entities import BY_NAME, history_tables, previous_column, replay_ranges_table, replay_tables
 from kraftlog.state.history import Row, Versions
 from kraftlog.state.replay import Change, Event, Replayer, TopicsRead, still_open, still_open_parts
-from kraftlog.tables.definitions import RECORD_KEY, TableDef, catalog, columns_at, typed_specs
+from kraftlog.tables.definitions import RECORD_KEY, catalog, columns_at, typed_specs
 from kraftlog.wire.files import paused_gc
 from kraftlog.wire.messages import Decoded
 
@@ -252,7 +252,7 @@ def replay(spark: SparkSession, store: TableStore, table: TableSource, bases: li
            scratch: bool = False, state: DataFrame | None = None, record_types: set[str] | None = None
            ) -> list[StagedFile]:
     """Replay every cluster of ``bases`` on the executors; each task writes the history rows and one
-    ``replay_ranges`` row per cluster as Parquet files of ``output_tables()`` (staged by ``store``; with
+    ``replay_ranges`` row per cluster as Parquet files of ``replay_tables()`` (staged by ``store``; with
     ``scratch``, aside from the tables). ``record_types``: the only types of records the replays read (their
     typed tables alone are read; None: every type). Returns the files written."""
     if not bases:
@@ -270,7 +270,7 @@ def replay(spark: SparkSession, store: TableStore, table: TableSource, bases: li
     def produce(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, pa.Table]]:
         return _replay_partition(batches, by_out, layout.parts, sources, build_id, built_at)
 
-    files = store.stage_chunks(stream(spark, table, bases, sources, layout, state), output_tables(), produce,
+    files = store.stage_chunks(stream(spark, table, bases, sources, layout, state), replay_tables(), produce,
                                build_id, scratch)
     split = {c for c, n in layout.parts.items() if n > 1}
     return join_parts(store, files, split) if split else files
@@ -338,18 +338,13 @@ def _kept(problems: list[str]) -> list[str]:
     return problems
 
 
-def output_tables() -> list[TableDef]:
-    """The tables a replay writes: every history table, then ``replay_ranges``."""
-    return [*history_tables().values(), replay_ranges_table()]
-
-
 # -- the executor side ---------------------------------------------------------------------------------------
 
 class _Sink:
     """Output rows buffered per table, handed out as Arrow tables."""
 
     def __init__(self) -> None:
-        self.tables = {t.name: t for t in output_tables()}
+        self.tables = {t.name: t for t in replay_tables()}
         # history rows as tuples in column order (``kraftlog.state.history.Row``), ``replay_ranges`` rows as dicts
         self.rows: dict[str, list[Any]] = {name: [] for name in self.tables}
         self.history = {kind: t.name for kind, t in history_tables().items()}

@@ -179,6 +179,12 @@ def history_tables() -> dict[str, TableDef]:
     return {k.name: k.history_table() for k in KINDS}
 
 
+def replay_tables() -> list[TableDef]:
+    """The tables a replay writes, and a history build commits together (``kraftlog.commits``): every history
+    table, then ``replay_ranges``."""
+    return [*history_tables().values(), replay_ranges_table()]
+
+
 @functools.cache
 def replay_ranges_table() -> TableDef:
     """Per cluster: where its histories start and end, and what replay could not apply."""
