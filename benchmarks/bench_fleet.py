@@ -9,7 +9,9 @@ For each input, on local[cores]:
 * **increment**: the segments grow back to their full length (the next hour's 1%), and ingest,
   reconstruct and analyse run again on the same warehouse, then the reports of the clusters over the hour's period
   (from the full build's last record on, as the DAG writes them: ``report_seconds``, outside the target's
-  reconstruct + analyze); ``--increments N`` times (default 10), each from a copy
+  reconstruct + analyze); after the last of them, the hour's pages written as the DAG writes them
+  (``write_reports``: a page per cluster, drawn by executors past two, and the index: ``pages_seconds``);
+  ``--increments N`` times (default 10), each from a copy
   of the warehouse and input the full build left, in this process. Reported (by reconstruct + analyze): the median
   of the first three runs, a process's first hours (its JVM warmed by the full build, but its JIT still compiling
   the hour's own code paths), and the median of the last three as the **steady** hour (``STEADY_AFTER`` runs
@@ -264,6 +266,18 @@ def through_connect(config: Any, inputs: Path, work: Path, hour: Callable[[], No
     return {"first_hour": hours[0], **hours_of(hours[1:] or hours)}
 
 
+def pages_seconds(spark: Any, config: Any, start: datetime, out_dir: Path) -> float:
+    """Seconds to write every cluster's page of the period from ``start`` on, and the index, as the DAG's hourly
+    run writes them (the events read, the pages drawn and written)."""
+    from kraftlog.analytics.report import Period
+    from kraftlog.spark.reports import write_reports
+    from kraftlog.spark.store import store_for
+
+    t = time.perf_counter()
+    write_reports(store_for(spark, config), None, Period(start), str(out_dir))
+    return round(time.perf_counter() - t, 1)
+
+
 def last_record_time(spark: Any, config: Any) -> datetime:
     """Just after the earliest of the clusters' last records built: where an hourly run's reports begin."""
     from kraftlog.spark.history import built_clusters
@@ -312,6 +326,8 @@ def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores:
             from_the_full_build()
         grow(source, inputs)
         runs.append(pipeline(spark, config, inputs, hour_from))
+    result["increment_pages_seconds"] = pages_seconds(spark, config, hour_from, work / f"pages-{name}")
+
     def next_hour() -> None:
         from_the_full_build()
         grow(source, inputs)
@@ -406,7 +422,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"of the full build's in a process's first three hours{steady}; as scheduled (kraftlog run, a fresh "
               f"JVM) {results[name]['increment_as_scheduled_build_share']:.1%}, the run {cold['run_seconds']} s")
         print(f"{name}: the increment's runs, reconstruct + analyze: {results[name]['increment_runs_build_seconds']}; "
-              f"the reports of the hour's period: {results[name]['increment_runs_report_seconds']}")
+              f"the reports of the hour's period: {results[name]['increment_runs_report_seconds']}, its pages "
+              f"written (the last hour): {results[name]['increment_pages_seconds']} s")
         if "increment_through_connect" in results[name]:
             connect = results[name]["increment_through_connect"]
             steady = (f", steady {results[name]['increment_through_connect_steady_build_share']:.1%} (the run "
