@@ -316,3 +316,39 @@ def test_the_pages_of_many_clusters_are_drawn_by_executors_as_the_driver_draws_t
     reports.write_pages(store, few, str(tmp_path / "few"))
     assert on_driver == [r.cluster_id for r in few]
     assert [(tmp_path / "few" / report_name(r.cluster_id)).read_text() for r in few] == [r.html() for r in few]
+
+
+def test_the_records_per_bin_are_stacked_columns_one_collection_a_series() -> None:
+    """The log health chart: each bin a column from its start, 0.8 of its width, metadata records from 0 and the
+    NoOp records on top of them; a series is one collection, the legend above the axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+
+    from kraftlog.analytics.report import Activity, _records_per_bin
+
+    start = pd.to_datetime(["2026-11-21T03:00:30Z", "2026-11-21T03:00:00Z", "2026-11-21T03:02:00Z"])
+    frame = pd.DataFrame({"start": start, "records": [10, 7, 3], "noop_records": [4, 7, 0]})
+    fig, ax = plt.subplots()
+    try:
+        _records_per_bin(Activity(30, frame))(ax)
+        assert len(ax.collections) == 2 and not ax.patches  # (no patch per column)
+        order = frame.sort_values("start")
+        left = mdates.date2num(order["start"])
+        for collection, (low, high) in zip(ax.collections, (
+                (np.zeros(3), order["records"] - order["noop_records"]),
+                (order["records"] - order["noop_records"], order["records"])), strict=True):
+            boxes = [p.get_extents() for p in collection.get_paths()]
+            np.testing.assert_allclose([b.x0 for b in boxes], left)
+            np.testing.assert_allclose([b.x1 - b.x0 for b in boxes], [24 / 86400] * 3)
+            np.testing.assert_allclose([b.y0 for b in boxes], low)
+            np.testing.assert_allclose([b.y1 for b in boxes], high)
+        assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 10
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["metadata records", "NoOp records"]
+        assert ax.get_legend()._loc != 0  # (not "best": searched on every draw)
+    finally:
+        plt.close(fig)

