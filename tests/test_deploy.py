@@ -101,8 +101,8 @@ def test_standalone_cluster_with_the_packed_environment(tmp_path: Path, standalo
     # the executors' interpreter and kraftlog, then the whole run (jobs/pipeline.py), in one application; Spark
     # Connect below runs the steps' own jobs. (No --verify: its replays run on the executors as reconstruct's do;
     # verify runs over S3 in test_s3, and in Spark Connect and the Airflow DAG.)
-    out = _run([*submit, str(PROBE), "--then", "pipeline", "--warehouse", wh,
-                "--report-dir", "s3://kraftlog/reports", "s3://kraftlog/archive"], env, tmp_path)
+    out = _run([*submit, str(PROBE), "--warehouse", wh, "--pages", "s3://kraftlog/pages", "--then", "pipeline",
+                "--warehouse", wh, "--report-dir", "s3://kraftlog/reports", "s3://kraftlog/archive"], env, tmp_path)
     probe = _probe(out)
     assert probe["session"].startswith(f"spark.master={standalone} ")
     assert probe["python"] and all(p.endswith("/env/bin/python") and ".venv" not in p for p in probe["python"])
@@ -114,6 +114,13 @@ def test_standalone_cluster_with_the_packed_environment(tmp_path: Path, standalo
 
     page = Storage.from_environment(environ=s3).read_bytes("s3://kraftlog/reports/index.html")
     assert b"T4vFxmI9RFCnFwCmltnwag" in page
+    # the pages of several clusters, drawn by the executors in the packed environment and written to S3 by them
+    from kraftlog.spark.reports import DRIVER_PAGES
+
+    pages = json.loads(next(ln for ln in out.splitlines() if ln.startswith("PAGES "))[len("PAGES "):])
+    assert pages == [f"s3://kraftlog/pages/report-c{i}.html" for i in range(DRIVER_PAGES + 2)]
+    for i, uri in enumerate(pages):
+        assert f"<h1>KRaft metadata report: c{i}</h1>".encode() in Storage.from_environment(environ=s3).read_bytes(uri)
 
 
 # -- Spark Connect -----------------------------------------------------------------------------------------

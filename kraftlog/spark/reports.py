@@ -161,9 +161,9 @@ def write_reports(store: TableStore, clusters: list[str] | None, period: Period,
 
 
 # Pages drawn on the driver; more are drawn by executors. A page's plots take matplotlib 0.2-0.9 s (0.44 s a page
-# on average for an hour of the 10x corpus's clusters, 0.6 s for their whole logs), one page after another on the
-# driver: the hourly pages of 380 clusters took about 170 s, several times the hour's build. A Spark job and its
-# workers' first import of matplotlib cost about as much as two pages.
+# on average for an hour of the 10x corpus's clusters, 0.6 s for their whole logs): one page after another on the
+# driver, the hourly pages of its 380 clusters took 229 s, several times the hour's build. A Python worker's first
+# plot costs 0.5 s more (matplotlib's import), and a Spark job its own start: not worth it for one or two pages.
 DRIVER_PAGES = 2
 
 
