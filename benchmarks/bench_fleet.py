@@ -10,7 +10,7 @@ For each input, on local[cores]:
   reconstruct and analyse run again on the same warehouse, then the reports of the clusters over the hour's period
   (from the full build's last record on, as the DAG writes them: ``report_seconds``, outside the target's
   reconstruct + analyze); after the last of them, the hour's pages written as the DAG writes them
-  (``write_reports``: a page per cluster, drawn by executors past two, and the index: ``pages_seconds``);
+  (``write_reports``: a page per cluster, drawn by executors past two, and the index: ``increment_pages_seconds``);
   ``--increments N`` times (default 10), each from a copy
   of the warehouse and input the full build left, in this process. Reported (by reconstruct + analyze): the median
   of the first three runs, a process's first hours (its JVM warmed by the full build, but its JIT still compiling

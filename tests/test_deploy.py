@@ -143,19 +143,15 @@ def test_spark_connect_runs_every_job(tmp_path: Path, connect: str, sample_event
     out = _run([py, str(ROOT / "jobs" / "report.py"), "--warehouse", wh, "--out-dir", str(tmp_path / "reports")],
                env, tmp_path)
     assert (tmp_path / "reports" / "index.html").exists()
-    # the pages of several clusters, drawn and written by the server's Python workers (``write_pages``): here copies
-    # of the sample's report under other cluster ids, the warehouse holding one cluster
+    # the pages of several clusters, drawn and written by the server's Python workers (``write_pages``): copies of
+    # the sample's report under other cluster ids (the warehouse holds one cluster), as on the standalone cluster
     from kraftlog.spark.reports import DRIVER_PAGES
 
     pages, n = tmp_path / "pages", DRIVER_PAGES + 2
-    draw = ("import dataclasses; from kraftlog.config import Config; from kraftlog.analytics.report import Period; "
-            "from kraftlog.spark.session import build_session; from kraftlog.spark.store import open_store; "
-            "from kraftlog.spark.reports import build_reports, write_pages; "
-            f"store = open_store(build_session(Config.load()), {wh!r}); r = build_reports(store, None, Period())[0]; "
-            f"many = [dataclasses.replace(r, cluster_id=f'c{{i}}') for i in range({n})]; "
-            f"print('PAGES', len(write_pages(store, many, {str(pages)!r})))")
-    out = _run([py, "-c", draw], env, tmp_path)
-    assert f"PAGES {n}" in out
+    out = _run([py, str(PROBE), "--warehouse", wh, "--pages", str(pages)], env, tmp_path)
+    assert _probe(out)["session"].startswith("connect spark.master=")  # (through the server)
+    uris = json.loads(next(ln for ln in out.splitlines() if ln.startswith("PAGES "))[len("PAGES "):])
+    assert uris == [f"file:{pages}/report-c{i}.html" for i in range(n)]  # (as normalized: a URI)
     assert sorted(p.name for p in pages.iterdir()) == sorted(f"report-c{i}.html" for i in range(n))
     assert all(f"<h1>KRaft metadata report: c{i}</h1>" in (pages / f"report-c{i}.html").read_text() for i in range(n))
     # nothing new: a small run, interpreted by settings of the server's session for it (given back after)

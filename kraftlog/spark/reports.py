@@ -180,9 +180,8 @@ def write_pages(store: TableStore, reports: list[Report], out_dir: str) -> list[
 
     def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            drawn = [(i, _write_page(pickle.loads(data), out_dir, storage))
-                     for i, data in zip(b.column("i").to_pylist(), b.column("report").to_pylist(), strict=True)]
-            yield pa.RecordBatch.from_pylist([{"i": i, "uri": uri} for i, uri in drawn], schema=_PAGES)
+            uris = [_write_page(pickle.loads(data), out_dir, storage) for data in b.column("report").to_pylist()]
+            yield pa.RecordBatch.from_arrays([b.column("i"), pa.array(uris, pa.string())], schema=_PAGES)
 
     pages = local_frame(store.spark, rows, "i long, report binary").repartition(parts)
     written = {r["i"]: r["uri"] for r in pages.mapInArrow(task, from_arrow_schema(_PAGES)).collect()}
