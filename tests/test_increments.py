@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from services import arrow_rows, copy_upto, spark_jobs, table_rows
 
 from kraftlog.analytics.definitions import WINDOW, event_tables, increment_of
-from kraftlog.analytics.events import Inputs
+from kraftlog.analytics.events import Inputs, log_gaps
 from kraftlog.config import Config
 from kraftlog.errors import NotBuilt
 from kraftlog.spark import analyze as analyze_module
@@ -917,6 +917,14 @@ def test_an_hours_log_records_are_read_from_the_runs_that_landed_them(spark: Any
     assert "GreaterThanOrEqual(run_id," in scans, scans
     assert sorted(arrow_rows(read.toArrow())) == sorted(arrow_rows(
         records.filter(F.col("log_offset") > end).unionByName(renamed).toArrow()))
+    # after a cut (strict): the runs that landed a record after it. log_gaps goes on from the last offset landed
+    # before the hour (`end`), which an earlier run landed: it reads the records after it, of the hour's run alone
+    assert runs(Scope.of([], {cluster: end}, strict=True)) == second
+    assert runs(Scope.of([], {cluster: end - 1}, strict=True)) == first
+    gaps = log_gaps(Inputs({}, landed(store), records, Scope.of([], {cluster: end}), landed_by=runs))
+    plan = gaps._sc._jvm.PythonSQLUtils.explainString(gaps._jdf.queryExecution(), "formatted")
+    assert f"GreaterThanOrEqual(run_id,{second})" in plan, plan
+    assert gaps.count() == 0  # (the sample's log has no gap)
 
 
 def test_the_landed_log_tables_read_only_the_clusters_they_rebuild_rows_of() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -85,15 +85,17 @@ class Inputs:
         assert self.since is not None
         return F.broadcast(self.since.cuts(df.sparkSession))
 
-    def log_records(self, by: str = "log_offset") -> DataFrame:
+    def log_records(self, by: str = "log_offset", after: bool = False) -> DataFrame:
         """The landed log records (``records`` rows of the log), in an incremental analysis from ``since`` on (in
-        column ``by``), and in the clusters ``folded`` only those after the end their tables were built to."""
+        column ``by``; ``after``: only after it), and in the clusters ``folded`` only those after the end their tables
+        were built to."""
         records = self.table("records").filter(F.col("source") == "log")
         if self.since is None:
             return records
+        since = replace(self.since, strict=True) if after else self.since
         if self.folded is None:
-            return self._landed(records, self.since, by)
-        return self._landed(records, self.since.without(self.folded.clusters), by).unionByName(
+            return self._landed(records, since, by)
+        return self._landed(records, since.without(self.folded.clusters), by).unionByName(
             self._landed(records, self.folded, "log_offset"))
 
     def _landed(self, records: DataFrame, scope: Scope, by: str) -> DataFrame:
@@ -803,8 +805,11 @@ def snapshots(inputs: Inputs) -> DataFrame:
 def log_gaps(inputs: Inputs) -> DataFrame:
     """Ranges of log offsets missing between landed records. Incrementally (``LOG``), from a landed offset ``since``
     on: the gaps after it."""
-    log = inputs.log_records().select("cluster_id", "log_offset")
-    if inputs.since is not None:  # `since` itself (where the first gap after it begins), should it hold no record now
+    if inputs.since is None:
+        log = inputs.log_records().select("cluster_id", "log_offset")
+    else:  # the records after `since`, and `since` itself, where the first gap after it begins: a record there (landed
+        # by an earlier run, as a rule: reading it would read that run's rows) makes no other gap
+        log = inputs.log_records(after=True).select("cluster_id", "log_offset")
         log = log.unionByName(inputs.cuts(log).select("cluster_id", F.col("since").alias("log_offset")))
     w = Window.partitionBy("cluster_id").orderBy("log_offset")
     gaps = (log.withColumn("_prev", F.lag("log_offset").over(w))

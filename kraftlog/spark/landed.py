@@ -121,10 +121,11 @@ def landed_since(table: TableSource, since: Mapping[str, str]) -> dict[str, Land
 
 
 def landing_runs(table: TableSource) -> Callable[[Scope], str | None]:
-    """For a scope of the landed log cut by log offset (no cluster whole), the least run id that landed a record of
-    it (None: none known). A record was landed with a ledger row of a segment of its cluster that was read up to its
-    offset or beyond (a row's ``last_offset`` is the greatest offset of its file then), so the least run id of those
-    rows is one (the ledger keeps every run's rows). Each scope is looked up once (a query of the ledger)."""
+    """For a scope of the landed log cut by log offset (no cluster whole; ``strict``: after the cuts), the least run id
+    that landed a record of it (None: none known). A record was landed with a ledger row of a segment of its cluster
+    that was read up to its offset or beyond (a row's ``last_offset`` is the greatest offset of its file then), so the
+    least run id of those rows is one (the ledger keeps every run's rows). Each scope is looked up once (a query of
+    the ledger)."""
     segments = table("files").filter(F.col("file_kind") == SEGMENT).select("cluster_id", "last_offset", "run_id")
 
     @functools.cache
@@ -132,8 +133,8 @@ def landing_runs(table: TableSource) -> Callable[[Scope], str | None]:
         if scope.whole or not scope.after or not all(type(at) is int for _, at in scope.after):
             return None
         cuts = F.broadcast(scope.cuts(segments.sparkSession, "_cut"))
-        return segments.join(cuts, "cluster_id").filter(F.col("last_offset") >= F.col("_cut")).agg(
-            F.min("run_id")).first()[0]  # type: ignore[index]
+        reached = F.col("last_offset") > F.col("_cut") if scope.strict else F.col("last_offset") >= F.col("_cut")
+        return segments.join(cuts, "cluster_id").filter(reached).agg(F.min("run_id")).first()[0]  # type: ignore[index]
 
     return first
 
