@@ -27,9 +27,10 @@ DEFAULTS: dict[str, Any] = {
         "master": "local[*]",
         "app_name": "kraftlog",
         "log_level": "WARN",
-        # a reconstruct or analyze that goes on with fewer new log offsets than this (every cluster it writes going
-        # on from its last build) evaluates Spark expressions interpreted, not compiled, and plans each query once,
-        # without adaptive execution (kraftlog.spark.session: INTERPRETED); 0: always compiled
+        # a reconstruct or analyze of fewer records than this (other than NoOps: landed since the last run, and
+        # every one of a cluster rebuilt; kraftlog.spark.landed.state_records) evaluates Spark expressions
+        # interpreted, not compiled, and plans each query once, without adaptive execution
+        # (kraftlog.spark.session: INTERPRETED); 0: always compiled
         "interpreted_below": 200000,
         "conf": {
             "spark.driver.memory": "4g",

@@ -65,8 +65,18 @@ from kraftlog.analytics.events import (
     Inputs,
 )
 from kraftlog.config import Config
+from kraftlog.spark.bases import TableSource
 from kraftlog.spark.history import built_clusters, landed, read_histories
-from kraftlog.spark.landed import Landed, Mark, landed_after, landed_since, landing_runs, ledger_marks, log_ends
+from kraftlog.spark.landed import (
+    Landed,
+    Mark,
+    landed_after,
+    landed_since,
+    landing_runs,
+    ledger_marks,
+    log_ends,
+    state_records,
+)
 from kraftlog.spark.predicates import (
     Scope,
     cluster_predicate,
@@ -230,13 +240,15 @@ class LastAnalyses:
         return not (self.anew or was is None or was["lineage"] != now["lineage"] or was["resume_offset"] is None
                     or now["resume_offset"] is None)
 
-    @property
-    def history_offsets(self) -> int | None:
-        """The offsets the histories went on by since the last analysis, summed over the clusters (None: one is
-        analysed anew: never a small analysis)."""
-        if not all(self.goes_on(c) for c in self.current):
+    def state_records(self, table: TableSource) -> int | None:
+        """The records other than NoOps the analysis reads the changes of (``kraftlog.spark.landed.state_records``):
+        those landed since the last analysis in the clusters that go on from it, every one of the others; None where
+        every cluster is analysed anew (never a small analysis)."""
+        if self.anew or not self.previous:
             return None
-        return sum(now["resume_offset"] - self.previous[c]["resume_offset"] for c, now in self.current.items())
+        since = {c: was for c in self.current if self.goes_on(c)
+                 and (was := self.previous[c]["landed_run"]) is not None}
+        return state_records(table, since, [c for c in self.current if c not in since])
 
 
 def last_analyses(store: TableStore, clusters: list[str] | None, anew: bool) -> LastAnalyses:
@@ -720,7 +732,7 @@ def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: li
     last = last_analyses(store, clusters, anew)
     rows = {name: 0 for name in tables}
     kept = Kept()
-    with interpreted(spark, last.history_offsets, interpreted_below) as small:
+    with interpreted(spark, last.state_records(landed(store)), interpreted_below) as small:
         plan = plan_events(store, clusters, anew, last)
         plan.interpreted = small
         log.info("analyze: %s", plan.line())

@@ -42,7 +42,7 @@ from kraftlog.spark.bases import (
     summary_columns,
     summary_row,
 )
-from kraftlog.spark.landed import Ledger, Mark, ledger_marks
+from kraftlog.spark.landed import Ledger, Mark, ledger_marks, state_records
 from kraftlog.spark.predicates import (
     Scope,
     cluster_predicate,
@@ -165,18 +165,14 @@ class LastBuilds:
     was: dict[str, Mark]
     ledger: Ledger
 
-    @property
-    def landed_offsets(self) -> int | None:
-        """The log offsets landed beyond the last build's last offset, summed over the clusters of the ledger, as its
-        files' last offsets tell (no record read); None where a cluster has no build to go on from, or its log now
-        ends before (replayed from its base: never a small build)."""
-        total = 0
-        for c, end in self.ledger.ends.items():
-            last = (self.previous.get(c) or {}).get("last_offset")
-            if last is None or end is None or end < last:
-                return None
-            total += end - last
-        return total
+    def state_records(self, table: TableSource) -> int | None:
+        """The records other than NoOps the build replays (``kraftlog.spark.landed.state_records``): those landed
+        since the last build in the clusters whose ledger tells what landed since (``Ledger.held``), every one of the
+        others (replayed from their bases, or new); None for a first build (never a small build)."""
+        if not self.previous:
+            return None
+        held = self.ledger.held
+        return state_records(table, held, [c for c in self.ledger.marks if c not in held])
 
 
 def last_builds(spark: SparkSession, store: TableStore, clusters: list[str] | None, full: bool) -> LastBuilds:

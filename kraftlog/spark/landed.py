@@ -139,6 +139,20 @@ def landing_runs(table: TableSource) -> Callable[[Scope], str | None]:
     return first
 
 
+NO_OP = "NO_OP_RECORD"
+
+
+def state_records(table: TableSource, since: Mapping[str, str], whole: list[str]) -> int:
+    """The log records other than NoOps landed in each cluster of ``since`` by runs after its run id, and in every
+    cluster of ``whole`` (replayed or analysed from its base): the records that change what a run replays and
+    analyses. A NoOp changes nothing, and a controller writes one every 500 ms (``metadata.max.idle.interval.ms``):
+    an hour of a quiet cluster lands 7,200, of a fleet of 50 quiet clusters 360k, and few other records."""
+    scope = Scope.of(whole, since, "run_id", strict=True)
+    if scope.empty:
+        return 0
+    return scope.select(table("records").filter((F.col("source") == "log") & (F.col("record_type") != NO_OP))).count()
+
+
 def log_ends(table: TableSource, clusters: list[str]) -> dict[str, int]:
     """Per cluster of ``clusters``, its greatest landed log offset."""
     if not clusters:
@@ -148,4 +162,5 @@ def log_ends(table: TableSource, clusters: list[str]) -> dict[str, int]:
     return {r["cluster_id"]: r["end"] for r in rows if r["end"] is not None}
 
 
-__all__ = ["Landed", "Ledger", "Mark", "landed_after", "landed_since", "landing_runs", "ledger_marks", "log_ends"]
+__all__ = ["NO_OP", "Landed", "Ledger", "Mark", "landed_after", "landed_since", "landing_runs", "ledger_marks",
+           "log_ends", "state_records"]

@@ -144,18 +144,18 @@ def small_run_settings(spark: SparkSession) -> dict[str, str]:
 
 
 @contextmanager
-def interpreted(spark: SparkSession, new_offsets: int | None, below: int) -> Iterator[bool]:
-    """While the block runs, a run that goes on with fewer than ``below`` new log offsets (``new_offsets``; None: a
-    cluster rebuilt, never small) evaluates its expressions interpreted and plans each query once
-    (``small_run_settings``); the session's settings are restored after. Yields whether it does: not where the session
-    does not let a setting change."""
-    if new_offsets is None or new_offsets >= below:
+def interpreted(spark: SparkSession, records: int | None, below: int) -> Iterator[bool]:
+    """While the block runs, a run of fewer than ``below`` records to replay or analyse (``records``: other than NoOps,
+    ``kraftlog.spark.landed.state_records``; None: a first build, never small) evaluates its expressions interpreted
+    and plans each query once (``small_run_settings``); the session's settings are restored after. Yields whether it
+    does: not where the session does not let a setting change."""
+    if records is None or records >= below:
         yield False
         return
     with settings(spark, small_run_settings(spark)) as on:
         if on:
-            logging.getLogger("kraftlog").info("%d new offsets (below %d): expressions interpreted", new_offsets,
-                                               below)
+            logging.getLogger("kraftlog").info("%d records other than NoOps (below %d): expressions interpreted",
+                                               records, below)
         yield on
 
 
