@@ -133,6 +133,9 @@ class Inputs:
             "cluster_id", F.coalesce("last_timestamp", "base_timestamp").alias("_end_time")))
 
 
+NO_OP = "NO_OP_RECORD"  # a NoOpRecord's record_type: it changes nothing (a controller writes one every 500 ms)
+
+
 # -- shared building blocks ---------------------------------------------------------------------------------
 
 def valid_at(at: Column, valid_from: str = "valid_from_offset", valid_to: str = "valid_to_offset") -> Column:
@@ -748,7 +751,7 @@ def log_health(inputs: Inputs) -> DataFrame:
     counts = ["records", "noop_records", "control_records", "batches"]
     volume = inputs.fold("log_health", log.groupBy(*keys).agg(
         F.count(F.lit(1)).alias("records"),
-        F.sum((F.col("record_type") == "NO_OP_RECORD").cast("long")).alias("noop_records"),
+        F.sum((F.col("record_type") == NO_OP).cast("long")).alias("noop_records"),
         F.sum(F.col("is_control").cast("long")).alias("control_records"),
         F.countDistinct("batch_base_offset").alias("batches"),
         F.min("log_offset").alias("from_offset"), F.max("log_offset").alias("to_offset")), keys,

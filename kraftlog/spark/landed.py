@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kraftlog.analytics.events import snapshot_times
+from kraftlog.analytics.events import NO_OP, snapshot_times
 from kraftlog.spark.bases import TableSource
 from kraftlog.spark.predicates import Scope, of_clusters
 from kraftlog.spark.session import local_frame
@@ -139,9 +139,6 @@ def landing_runs(table: TableSource) -> Callable[[Scope], str | None]:
     return first
 
 
-NO_OP = "NO_OP_RECORD"
-
-
 def state_records(table: TableSource, since: Mapping[str, str], whole: list[str]) -> int:
     """The log records other than NoOps landed in each cluster of ``since`` by runs after its run id, and in every
     cluster of ``whole`` (replayed or analysed from its base): the records that change what a run replays and
@@ -162,5 +159,5 @@ def log_ends(table: TableSource, clusters: list[str]) -> dict[str, int]:
     return {r["cluster_id"]: r["end"] for r in rows if r["end"] is not None}
 
 
-__all__ = ["NO_OP", "Landed", "Ledger", "Mark", "landed_after", "landed_since", "landing_runs", "ledger_marks",
+__all__ = ["Landed", "Ledger", "Mark", "landed_after", "landed_since", "landing_runs", "ledger_marks",
            "log_ends", "state_records"]

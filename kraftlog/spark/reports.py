@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.analytics.definitions import event_tables
+from kraftlog.analytics.events import NO_OP
 from kraftlog.analytics.report import NOW_COLUMNS, Activity, Now, Period, Report, bin_seconds, render_index, report_name
 from kraftlog.identity import choose_cluster
 from kraftlog.spark.history import built_clusters, offsets_at, states_at
@@ -122,7 +123,7 @@ def activity_frames(store: TableStore, cluster_ids: list[str], period: Period) -
     binned: pd.DataFrame = (log.withColumn("_w", width)
               .groupBy("cluster_id", (F.floor(F.unix_seconds("timestamp") / F.col("_w")) * F.col("_w")).alias("_s"))
               .agg(F.count("*").alias("records"),
-                   F.sum((F.col("record_type") == "NO_OP_RECORD").cast("long")).alias("noop_records"))
+                   F.sum((F.col("record_type") == NO_OP).cast("long")).alias("noop_records"))
               .select("cluster_id", F.timestamp_seconds("_s").alias("start"), "records", "noop_records")
               .toPandas())
     bins = by_cluster(binned, cluster_ids)
