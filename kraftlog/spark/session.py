@@ -144,18 +144,19 @@ def small_run_settings(spark: SparkSession) -> dict[str, str]:
 
 
 @contextmanager
-def interpreted(spark: SparkSession, records: int | None, below: int) -> Iterator[bool]:
-    """While the block runs, a run of fewer than ``below`` records to replay or analyse (``records``: other than NoOps,
-    ``kraftlog.spark.landed.state_records``; None: a first build, never small) evaluates its expressions interpreted
-    and plans each query once (``small_run_settings``); the session's settings are restored after. Yields whether it
-    does: not where the session does not let a setting change."""
-    if records is None or records >= below:
+def interpreted(spark: SparkSession, records: Callable[[], int | None], below: int) -> Iterator[bool]:
+    """While the block runs, a run of fewer than ``below`` records to replay or analyse (``records()``: other than
+    NoOps, ``kraftlog.spark.landed.state_records``; None: a first build, never small; not counted where ``below`` is 0)
+    evaluates its expressions interpreted and plans each query once (``small_run_settings``); the session's settings
+    are restored after. Yields whether it does: not where the session does not let a setting change."""
+    n = records() if below > 0 else None
+    if n is None or n >= below:
         yield False
         return
     with settings(spark, small_run_settings(spark)) as on:
         if on:
-            logging.getLogger("kraftlog").info("%d records other than NoOps (below %d): expressions interpreted",
-                                               records, below)
+            logging.getLogger("kraftlog").info("%d records other than NoOps (below %d): expressions interpreted", n,
+                                               below)
         yield on
 
 
