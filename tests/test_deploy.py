@@ -39,9 +39,14 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 900) -
     return out
 
 
+def _tagged(out: str, tag: str) -> Any:
+    """The JSON the probe printed on its line starting with `tag` (``PROBE`` or ``PAGES``)."""
+    line = next(ln for ln in out.splitlines() if ln.startswith(tag + " "))
+    return json.loads(line[len(tag) + 1:])
+
+
 def _probe(out: str) -> dict[str, Any]:
-    line = next(ln for ln in out.splitlines() if ln.startswith("PROBE "))
-    return dict(json.loads(line[len("PROBE "):]))
+    return dict(_tagged(out, "PROBE"))
 
 
 def test_spark_submit_settings_win_over_the_profile(tmp_path: Path) -> None:
@@ -117,7 +122,7 @@ def test_standalone_cluster_with_the_packed_environment(tmp_path: Path, standalo
     # the pages of several clusters, drawn by the executors in the packed environment and written to S3 by them
     from kraftlog.spark.reports import DRIVER_PAGES
 
-    pages = json.loads(next(ln for ln in out.splitlines() if ln.startswith("PAGES "))[len("PAGES "):])
+    pages = _tagged(out, "PAGES")
     assert pages == [f"s3://kraftlog/pages/report-c{i}.html" for i in range(DRIVER_PAGES + 2)]
     for i, uri in enumerate(pages):
         assert f"<h1>KRaft metadata report: c{i}</h1>".encode() in Storage.from_environment(environ=s3).read_bytes(uri)
@@ -150,7 +155,7 @@ def test_spark_connect_runs_every_job(tmp_path: Path, connect: str, sample_event
     pages, n = tmp_path / "pages", DRIVER_PAGES + 2
     out = _run([py, str(PROBE), "--warehouse", wh, "--pages", str(pages)], env, tmp_path)
     assert _probe(out)["session"].startswith("connect spark.master=")  # (through the server)
-    uris = json.loads(next(ln for ln in out.splitlines() if ln.startswith("PAGES "))[len("PAGES "):])
+    uris = _tagged(out, "PAGES")
     assert uris == [f"file:{pages}/report-c{i}.html" for i in range(n)]  # (as normalized: a URI)
     assert sorted(p.name for p in pages.iterdir()) == sorted(f"report-c{i}.html" for i in range(n))
     assert all(f"<h1>KRaft metadata report: c{i}</h1>" in (pages / f"report-c{i}.html").read_text() for i in range(n))
