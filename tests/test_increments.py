@@ -707,6 +707,40 @@ def test_topic_lifecycle_counts_the_partitions_holding_when_a_topic_record_came_
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
 
 
+def test_an_hour_rebuilds_each_table_only_in_the_clusters_where_what_it_reads_changed(spark: Any,
+                                                                                     tmp_path: Path) -> None:
+    """Two clusters go on: in ``c`` a topic is created, ``d`` only writes NoOps (its partition's ISR short of its
+    replicas since before the cut: an under-replicated window open). ``topic_lifecycle`` and ``leader_elections``
+    are rebuilt in ``c`` alone, ``under_replicated`` in ``d`` too (its open window ends at the log's end, which
+    moved), and a table nothing of which changed in either (``broker_lifecycle``) not at all; every table ends as
+    a build from scratch makes it."""
+    ta, tb, tx = uid(801), uid(802), uid(803)
+
+    def partition(topic: str, isr: list[int]) -> tuple[str, str, int, dict[str, Any]]:
+        return ("meta", "PARTITION_RECORD", 0, {"topic_id": topic, "partition_id": 0, "replicas": [1, 2], "isr": isr,
+                                                "removing_replicas": [], "adding_replicas": [], "leader": 1,
+                                                "leader_epoch": 0, "partition_epoch": 0})
+
+    noop = ("meta", "NO_OP_RECORD", 0, {})
+    logs = {"c": [("meta", "TOPIC_RECORD", 0, {"topic_id": ta, "name": "a"}), partition(ta, [1, 2]), noop, noop,
+                  ("meta", "TOPIC_RECORD", 0, {"topic_id": tb, "name": "b"}), partition(tb, [1, 2]), noop],  # cut: 4
+            "d": [("meta", "TOPIC_RECORD", 0, {"topic_id": tx, "name": "x"}), partition(tx, [1]), *[noop] * 5]}
+    source = tmp_path / "src"
+    for c, log in logs.items():
+        write_cluster(source, GenCluster(c, log), sizes=[1])
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    land_build_analyze(spark, copy_upto(source, inputs, 4), wh)
+    lifecycle = DeltaTable(str(wh / "broker_lifecycle")).version()
+    _, events = land_build_analyze(spark, copy_upto(source, inputs, 1 << 40), wh)
+    assert sorted(events.plan.going_on) == ["c", "d"], events.line()
+    left = events.plan.left
+    assert (left["topic_lifecycle"], left["leader_elections"], left["broker_lifecycle"]) == (["d"], ["d"], ["c", "d"])
+    assert "under_replicated" not in left, left
+    assert events.rows["topic_lifecycle"] == 2 and events.rows["under_replicated"] == 1, events.line()  # (b, b-0)
+    assert DeltaTable(str(wh / "broker_lifecycle")).version() == lifecycle
+    assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
+
+
 @pytest.mark.parametrize("going_on", [300, 3])
 def test_spark_and_delta_rs_read_the_rows_analyze_replaces_alike(spark: Any, tmp_path: Path, going_on: int) -> None:
     """Hundreds of clusters going on at once, each from its own cut (a broadcast join in Spark), or a few (SQL in

@@ -137,6 +137,9 @@ class EventPlan:
     topics: dict[str, TopicsRead | None] = field(default_factory=dict)
     births: set[str] = field(default_factory=set)  # of those, the clusters with a partition born since (likewise)
     interpreted: bool = False  # the run's expressions were interpreted (``kraftlog.spark.session.interpreted``)
+    # per event table, the clusters going on whose rows it left as they were: nothing it reads changed there since
+    # the cuts (``changed_kinds``; every one: the table was not written)
+    left: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def clusters(self) -> list[str]:
@@ -534,10 +537,12 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
     it once they are written). The frame is None where every history the table reads holds no row of the clusters
     analysed (``empty_kinds``): no rows, and no Spark job.
 
-    When every cluster goes on, a table is left as it is (no landing) if nothing it read changed since the cuts: no
-    history it reads has a version begun or ended since, it reads no landed table, and it reads the log's end (where
-    open windows end for now) only while no window is open (``_Reader.stale``); or, for the tables that say what
-    can give them rows (``CHANGED_BY``), none of that changed."""
+    When every cluster goes on, a table's rows of a cluster are left as they are if nothing it read of that cluster
+    changed since its cut: no history it reads has a version begun or ended since, it reads no landed table, and it
+    reads the log's end (where open windows end for now) only while no window of the cluster is open
+    (``_Reader.stale``); or, for the tables that say what can give them rows (``CHANGED_BY``), none of that changed.
+    Its rows are then rebuilt in the other clusters alone (``EventPlan.left``), and where there are none, the table
+    is left as it is (no landing). Each cluster's events come from its own inputs alone."""
     if not (plan.everything or plan.clusters or plan.gone):
         return  # every cluster unchanged: no table has rows to replace, no input is read
     every = inputs(store)
@@ -560,7 +565,6 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
                                               kept_histories=partitions if x is later else frozenset())
                    for x in by_kind.values()}
         by_kind = {kind: keeping[id(x)] for kind, x in by_kind.items()}
-    any_open = any(cut.floor is not None for cut in plan.going_on.values())
     with JobThreads(store.spark, 2) as pool:  # (found while the first tables are planned)
         changed = pool.submit(changed_kinds, every, plan)
         empty = pool.submit(empty_kinds, store, clusters)
@@ -573,9 +577,15 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
                 reader = _Reader(x)
                 df = BUILDERS[name](reader)
                 reads = _READS[name] = reader.reads()
-            if plan.only_going_on and not (bool(CHANGED_BY[name] & changed.result()) if name in CHANGED_BY
-                                           else reads.stale(increment, any_open, changed.result())):
-                return None  # nothing it reads changed since the cuts
+            if plan.only_going_on:
+                stale = [c for c, kinds in changed.result().items()
+                         if (bool(CHANGED_BY[name] & kinds) if name in CHANGED_BY
+                             else reads.stale(increment, plan.going_on[c].floor is not None, kinds))]
+                if len(stale) < len(plan.going_on):  # its rows of the others stand: nothing they read changed
+                    plan.left[name] = sorted(set(plan.going_on) - set(stale))
+                    where = None if where is None else where.without(plan.left[name])
+                    if not stale or (where is not None and where.empty):
+                        return None
             sql = None if where is None else where.sql()
             if reads.only_of(empty.result()):
                 return None, sql  # no rows: its rows in scope are removed, with no Spark job
@@ -677,22 +687,34 @@ class _Reader(Inputs):
         return Reads(frozenset(self.read), self.landed, self.end, self.read_whole)
 
 
-def changed_kinds(x: Inputs, plan: EventPlan) -> set[str]:
-    """The entity kinds with a version begun or ended at or after a going-on cluster's resume offset, ``BIRTHS``
-    where a partition was born since (``partition_topics``) and ``SNAPSHOT_FILES`` where a snapshot file's ledger row
-    landed since (or the ledger does not tell what landed since); none when a cluster is rebuilt or gone: every table
-    is then rebuilt."""
+def changed_kinds(x: Inputs, plan: EventPlan) -> dict[str, set[str]]:
+    """Per cluster going on, what changed since its resume offset: the entity kinds with a version begun or ended
+    there or later (the partitions: where ``partition_topics`` found a partition to read, a version begun or ended
+    since or a config that applies to partitions changed), ``BIRTHS`` where a partition was born since and
+    ``SNAPSHOT_FILES`` where a snapshot file's ledger row landed since (or the ledger does not tell what landed since);
+    none when a cluster is rebuilt or gone: every table is then rebuilt. A table is rebuilt only in the clusters where
+    something it reads changed (``planned_frames``): in an hour of a fleet, most clusters change few kinds, if any."""
     if not plan.going_on or not plan.only_going_on:
-        return set()
+        return {}
     since = Scope.of([], {c: cut.resume for c, cut in plan.going_on.items()}, "valid_from_offset", "valid_to_offset")
     snapshot_rows = Scope.of([], plan.held, "run_id", strict=True).select(
         x.table("files").filter(F.col("file_kind") == "snapshot"))
     found = functools.reduce(DataFrame.unionByName, [
-        *[since.select(df).select(F.lit(kind).alias("kind")).limit(1) for kind, df in x.histories.items()],
-        snapshot_rows.select(F.lit(SNAPSHOT_FILES).alias("kind")).limit(1)])
-    untold = any(c not in plan.held for c in plan.going_on)  # (its ledger changed before its mark)
-    return ({r["kind"] for r in found.collect()} | ({BIRTHS} if plan.births else set())
-            | ({SNAPSHOT_FILES} if untold else set()))
+        *[since.select(df).select("cluster_id", F.lit(kind).alias("kind")).distinct()
+          for kind, df in x.histories.items() if kind != "partitions"],
+        snapshot_rows.select("cluster_id", F.lit(SNAPSHOT_FILES).alias("kind")).distinct()])
+    out: dict[str, set[str]] = {c: set() for c in plan.going_on}
+    for r in found.collect():
+        out[r["cluster_id"]].add(r["kind"])
+    for c in plan.going_on:
+        read = plan.topics.get(c)
+        if read is None or not read.empty:
+            out[c].add("partitions")
+        if c in plan.births:
+            out[c].add(BIRTHS)
+        if c not in plan.held:  # (its ledger changed before its mark)
+            out[c].add(SNAPSHOT_FILES)
+    return out
 
 
 @dataclass
