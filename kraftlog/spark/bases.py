@@ -215,9 +215,10 @@ def carry_bases(table: TableSource, previous: Mapping[str, ClusterBase], since: 
         return Carried({}, {})
     later = Scope.of([], since, "run_id", strict=True)
     log, snaps = _sources(table, list(since))
+    recent = later.select(log)
     with JobThreads(snaps.sparkSession, 1) as pool:  # two small jobs: each waits more on scheduling than on cores
         new_snaps = pool.submit(lambda: later.select(snaps).select("cluster_id", "snapshot_id").distinct().collect())
-        runs = _runs(later.select(log), types=True)
+        runs = _runs(recent, types=True)
         touched: dict[str, set[str]] = {}
         for r in new_snaps.result():
             touched.setdefault(r["cluster_id"], set()).add(r["snapshot_id"])
@@ -244,16 +245,22 @@ def carry_bases(table: TableSource, previous: Mapping[str, ClusterBase], since: 
             out.added[c], out.types[c] = (run.records, run.digest), run.types or frozenset()
             need += [(c, s.offset) for s in kept if s.offset not in p.log_epochs and run.first <= s.offset <= run.last]
     wanted = {(c, s) for c, ids in touched.items() if c in out.bases for s in ids}
-    _add_snapshots(table, log, snaps, out.bases, wanted, need)
+    # a carried cluster's records from the first offset landed since on were all landed since (those before end
+    # before it): the log's epoch there is looked up in the rows of the runs since, which Parquet finds by run
+    firsts = {c: run.first for c, run in runs.items() if c in out.bases}
+    _add_snapshots(table, log, snaps, out.bases, wanted, need, (recent, firsts))
     for c, b in out.bases.items():
         out.bases[c] = based(c, b.start, b.last, b.last_ms, b.snapshots, b.log_epochs, b.snapshot_digests)
     return out
 
 
 def _add_snapshots(table: TableSource, log: DataFrame, snaps: DataFrame, bases: dict[str, ClusterBase],
-                   wanted: set[tuple[str, str]], need: list[tuple[str, int]]) -> None:
+                   wanted: set[tuple[str, str]], need: list[tuple[str, int]],
+                   recent: tuple[DataFrame, Mapping[str, int]]) -> None:
     """Summarise the snapshots ``wanted`` (rows landed since) again, whole, into ``bases``, and look up the log's epoch
-    at their offsets and at ``need``."""
+    at their offsets and at ``need``: in ``log``, or where a cluster's records from an offset on are all in a frame
+    of their own (``recent``: that frame and the offset per cluster), at those offsets in that frame. An hour of a
+    fleet brings snapshots of many clusters at offsets far apart: ``log_epochs`` would scan every record between."""
     if wanted:
         pairs = F.broadcast(local_frame(log.sparkSession, sorted(wanted), "cluster_id string, snapshot_id string"))
         chosen = snaps.filter(of_clusters(sorted({s for _, s in wanted}), "snapshot_id")).join(
@@ -263,7 +270,10 @@ def _add_snapshots(table: TableSource, log: DataFrame, snaps: DataFrame, bases: 
             bases[c].snapshots = [*bases[c].snapshots, *refs]
             bases[c].snapshot_digests.update(again.digests[c])
             need += [(c, s.offset) for s in refs]
-    for (c, offset), epoch in log_epochs(log, need).items():
+    rows, firsts = recent
+    late = [(c, o) for c, o in need if c in firsts and o >= firsts[c]]
+    early = [(c, o) for c, o in need if not (c in firsts and o >= firsts[c])]
+    for (c, offset), epoch in [*log_epochs(log, early).items(), *log_epochs(rows, late).items()]:
         bases[c].log_epochs[offset] = epoch
 
 
