@@ -20,7 +20,9 @@ the cluster had. The next run compares each cluster with that row and the curren
   (``epochs_after``); when the ledger does not tell what landed since (a run committed after a later one),
   they rebuild the cluster's rows. Where the records landed since all follow the log's end at the last analysis
   and the tables that sum the log (``HOURS``, ``EPOCHS``) end there too, those tables read only the new records
-  and fold them into their rows built before (``folds``, ``Inputs.fold``): an hour's cost follows what landed;
+  and fold them into their rows built before (``folds``, ``Inputs.fold``): an hour's cost follows what landed.
+  Where every cluster goes on, a table is rebuilt only in the clusters where something it reads changed since the
+  cut (``changed_kinds``; ``EventPlan.left`` names the others), and not at all where nothing did;
 * **rebuild**: anything else (another lineage, no state): every event row of the cluster is rebuilt.
 
 Either way the tables end equal to a build from scratch (``tests/test_increments.py``).
