@@ -272,7 +272,7 @@ def _add_snapshots(table: TableSource, log: DataFrame, snaps: DataFrame, bases: 
             need += [(c, s.offset) for s in refs]
     rows, firsts = recent
     late = [(c, o) for c, o in need if c in firsts and o >= firsts[c]]
-    early = [(c, o) for c, o in need if not (c in firsts and o >= firsts[c])]
+    early = sorted(set(need) - set(late))
     for (c, offset), epoch in [*log_epochs(log, early).items(), *log_epochs(rows, late).items()]:
         bases[c].log_epochs[offset] = epoch
 
