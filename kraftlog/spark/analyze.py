@@ -728,8 +728,12 @@ class AnalyzeResult:
 
     def line(self) -> str:
         parts = ", ".join(f"{k} {v}" for k, v in self.rows.items() if v)
+        left = self.plan.left  # (tables whose inputs changed in some clusters going on or none)
+        kept = sum(1 for cs in left.values() if len(cs) == len(self.plan.going_on))
         return (f"analyze {self.build_id}: {self.plan.line()}; {sum(self.rows.values())} event rows written in "
-                f"{self.seconds:.1f}s" + (f" ({parts})" if parts else ""))
+                f"{self.seconds:.1f}s" + (f" ({parts})" if parts else "")
+                + (f"; {kept} table(s) left as they were, {len(left) - kept} rebuilt only in the clusters where what "
+                   "they read changed" if left else ""))
 
 
 def analyze(spark: SparkSession, config: Config, store: TableStore | None = None,
