@@ -183,7 +183,7 @@ def pipeline(spark: Any, config: Any, inputs: Path, report_from: datetime | None
         # Python workers' (the decode, the replay) and the driver's Python
         out[f"jvm_cpu_{step}"] = {k: round(v, 1) for k, v in jvm_cpu_between(cpu, jvm_cpu(jvm)).items()}
         out[f"python_cpu_{step}"] = {k: round(v, 1) for k, v in
-                                     python_cpu_between(py, python_cpu(jvm, (driver, workers))).items()}
+                                     python_cpu_between(py, python_cpu(jvm, (driver, workers), workers.cpu)).items()}
         workers.stop.set()
         workers.join()
         out[f"peak_worker_mb_{step}"] = workers.peak_kb // 1024

@@ -79,12 +79,13 @@ def jvm_cpu_between(before: JvmCpu, after: JvmCpu) -> dict[str, float]:
     return {**out, "other": after[0] - before[0] - sum(out.values())}
 
 
-PythonCpu = tuple[float, float]
+WorkerCpu = dict[tuple[int, int], float]
+PythonCpu = tuple[WorkerCpu, float]
 
 
 def _processes() -> dict[int, list[int]]:
-    """Every process's ``/proc`` ``stat`` fields from the parent on, as integers (ppid, ..., utime, stime, cutime,
-    cstime at 10..13)."""
+    """Every process's ``/proc`` ``stat`` fields from the parent on, as integers (ppid at 0; utime, stime, cutime,
+    cstime at 10..13; the start time at 18)."""
     stats = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -92,7 +93,7 @@ def _processes() -> dict[int, list[int]]:
                 stat = (d / "stat").read_text()
             except OSError:
                 continue  # (a process that ended)
-            stats[int(d.name)] = [int(x) for x in _stat_fields(stat)[1:15]]
+            stats[int(d.name)] = [int(x) for x in _stat_fields(stat)[1:20]]
     return stats
 
 
@@ -107,39 +108,55 @@ def workers_of(jvm: int, stats: dict[int, list[int]]) -> set[int]:
     return found
 
 
-def python_cpu(jvm: int, samplers: Iterable[threading.Thread] = ()) -> PythonCpu:
-    """CPU seconds (Linux ``/proc``) used so far by the Python workers of JVM ``jvm`` (``workers_of``) and by this
-    process (the driver's Python), less this process's threads ``samplers`` (a benchmark's own, sampling memory).
-    A worker that ended counts too: its CPU is its parent's children's CPU once reaped."""
+def worker_cpu(jvm: int, stats: dict[int, list[int]] | None = None) -> WorkerCpu:
+    """CPU seconds (Linux ``/proc``) each Python worker of JVM ``jvm`` (``workers_of``) used so far, by process id and
+    start time (a process id the kernel hands out again is another process), and under ``(jvm, -1)`` those of the
+    JVM's children it reaped (a daemon that ended).
+
+    A worker's CPU is gone from ``/proc`` once it ends: PySpark's daemon ignores ``SIGCHLD``, so the kernel reaps its
+    forks and adds their CPU to no one's. Only a reading taken while it lived (``WorkerMemory.cpu``) keeps it."""
     ticks = os.sysconf("SC_CLK_TCK")
-    stats = _processes()
-    workers = sum(stats[jvm][12:14]) if jvm in stats else 0  # (children it reaped: a daemon that ended)
-    workers += sum(sum(stats[pid][10:14]) for pid in workers_of(jvm, stats))
+    stats = _processes() if stats is None else stats
+    out = {(pid, stats[pid][18]): sum(stats[pid][10:14]) / ticks for pid in workers_of(jvm, stats)}
+    out[(jvm, -1)] = sum(stats[jvm][12:14]) / ticks if jvm in stats else 0.0
+    return out
+
+
+def python_cpu(jvm: int, samplers: Iterable[threading.Thread] = (), seen: WorkerCpu | None = None) -> PythonCpu:
+    """CPU seconds used so far by the Python workers of JVM ``jvm`` (``worker_cpu``; a worker that ended since
+    counts as ``seen`` last, e.g. by ``WorkerMemory``) and by this process (the driver's Python), less this
+    process's threads ``samplers`` (a benchmark's own, sampling memory)."""
     me = Path(f"/proc/{os.getpid()}")
     sampling = sum(_cpu_seconds((me / "task" / str(t.native_id) / "stat").read_text())[1] for t in samplers
                    if t.native_id is not None)
-    return workers / ticks, _cpu_seconds((me / "stat").read_text())[1] - sampling
+    return {**(seen or {}), **worker_cpu(jvm)}, _cpu_seconds((me / "stat").read_text())[1] - sampling
 
 
 def python_cpu_between(before: PythonCpu, after: PythonCpu) -> dict[str, float]:
-    """The CPU seconds the Python workers and the driver's Python used between two ``python_cpu`` readings."""
-    return {"workers": after[0] - before[0], "driver": after[1] - before[1]}
+    """The CPU seconds the Python workers and the driver's Python used between two ``python_cpu`` readings. A worker
+    read before and not after (it ended unseen) adds nothing: what it used before is not taken away."""
+    workers = sum(seconds - before[0].get(key, 0.0) for key, seconds in after[0].items())
+    return {"workers": workers, "driver": after[1] - before[1]}
 
 
 class WorkerMemory(threading.Thread):
     """Samples the resident memory of JVM ``jvm``'s Python workers (``workers_of``: PySpark's daemon and its forks),
-    every tenth of a second; ``peak_kb``: the largest a worker was."""
+    every tenth of a second; ``peak_kb``: the largest a worker was; ``cpu``: each worker's CPU as last read
+    (``worker_cpu``), those that ended since included."""
 
     def __init__(self, jvm: int) -> None:
         super().__init__(daemon=True)
         self.jvm = jvm
         self.peak_kb = 0
+        self.cpu: WorkerCpu = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
-            for pid in workers_of(self.jvm, _processes()):
+            stats = _processes()
+            for pid in workers_of(self.jvm, stats):
                 self.peak_kb = max(self.peak_kb, rss_kb(pid))
+            self.cpu = {**self.cpu, **worker_cpu(self.jvm, stats)}
             self.stop.wait(0.1)
 
 

@@ -163,6 +163,63 @@ def test_the_benchmarks_count_the_python_workers_cpu_and_the_drivers_apart(spark
     assert used["driver"] < 0.8 and driver - used["driver"] > 0.5  # (the sampler spun all along)
 
 
+# plays PySpark's daemon: ignores SIGCHLD (so the kernel reaps its forks), forks a worker that spins half a
+# CPU-second, says so, and once told spins half a second more and ends
+_DAEMON = """
+import os, signal, sys, time
+from pathlib import Path
+d = Path(sys.argv[1])
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+
+def spin():
+    start = time.process_time()
+    while time.process_time() - start < 0.5:
+        pass
+
+if os.fork() == 0:
+    spin()
+    (d / "spun").write_text(str(os.getpid()))
+    while not (d / "go").exists():
+        time.sleep(0.01)
+    spin()
+    time.sleep(0.3)
+    os._exit(0)
+while not (d / "end").exists():
+    time.sleep(0.01)
+"""
+
+
+def test_the_benchmarks_count_a_worker_that_ended_as_last_seen_and_never_below_zero(tmp_path: Path) -> None:
+    """A Python worker that ends between two readings (PySpark's daemon lets the kernel reap it, so its CPU goes to
+    no one) takes nothing away from what the workers used, and what it used since the first reading is counted when
+    a sampler (``WorkerMemory``) read it while it lived."""
+    from common import WorkerMemory, python_cpu, python_cpu_between
+
+    launcher = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])",
+                                 sys.executable, "-c", _DAEMON, str(tmp_path)])  # (plays the JVM)
+    sampler = WorkerMemory(launcher.pid)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "spun").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        worker = int((tmp_path / "spun").read_text())
+        sampler.start()
+        before = python_cpu(launcher.pid)
+        assert max(v for (pid, _), v in before[0].items() if pid == worker) >= 0.45
+        (tmp_path / "go").touch()
+        while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not Path(f"/proc/{worker}").exists()  # (reaped at once: no zombie keeps its CPU)
+        unseen = python_cpu_between(before, python_cpu(launcher.pid))["workers"]
+        seen = python_cpu_between(before, python_cpu(launcher.pid, seen=sampler.cpu))["workers"]
+    finally:
+        (tmp_path / "end").touch()
+        sampler.stop.set()
+        launcher.wait(60)
+    assert -0.05 < unseen < 0.2
+    assert 0.45 <= seen < 0.7
+
+
 def test_the_benchmarks_sample_the_memory_of_this_sessions_workers_alone(spark: Any, tmp_path: Path) -> None:
     """``WorkerMemory`` reads the peak memory of the session's own Python workers: a task holding 300 MB in its
     worker is seen, and a process that is not the JVM's (here one named like a PySpark daemon, holding 600 MB, as
