@@ -175,7 +175,7 @@ def pipeline(spark: Any, config: Any, inputs: Path, report_from: datetime | None
     for step, run in steps:
         workers = WorkerMemory(jvm)  # per step: which step's tasks need the memory
         workers.start()
-        cpu, py = jvm_cpu(jvm), python_cpu(jvm, (driver, workers))
+        cpu, py = jvm_cpu(jvm), python_cpu(jvm, (driver, workers), workers.cpu)
         t = time.perf_counter()
         run()
         out[f"{step}_seconds"] = round(time.perf_counter() - t, 1)
