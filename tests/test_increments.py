@@ -1080,8 +1080,9 @@ def test_a_small_increment_evaluates_its_expressions_interpreted_and_leaves_the_
         spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
     """A reconstruct and an analyze of fewer new records than ``interpreted_below`` (NoOps aside) plan and run with
     Spark's expressions interpreted and each query planned once, its shuffles cut into no more parts than the task slots
-    (``small_run_settings``), then give the session its settings back; a first build, and an increment at or above
-    the threshold, compile (and plan adaptively). The records counted are those landed since, NoOps left out."""
+    (``small_run_settings``), then give the session its settings back; an increment at or above the threshold
+    compiles (and plans adaptively). The records counted are those landed since, NoOps left out; a first build's are
+    every one, counted up to the threshold at most."""
     inputs, wh = tmp_path / "in", tmp_path / "wh"
     seen: list[tuple[str | None, ...]] = []  # the session's settings while each plan was made
 
@@ -1106,10 +1107,12 @@ def test_a_small_increment_evaluates_its_expressions_interpreted_and_leaves_the_
         config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"},
                              spark={"interpreted_below": below})
         ingest(spark, [str(copy_upto(SAMPLE, inputs, end))], config)
-        store, first = store_for(spark, config), not (wh / "analyze_state").exists()
+        store, first = store_for(spark, config), not (wh / "replay_state").exists()
         offsets = None if first else last_builds(spark, store, None, False).state_records(landed(store))
         built = reconstruct(spark, config)
-        analysed = None if first else last_analyses(store, None, False).state_records(landed(store))
+        if first:  # (counted as a first build counts: every record; a full one reads no last build either)
+            offsets = last_builds(spark, store, None, True).state_records(landed(store))
+        analysed = last_analyses(store, None, first).state_records(landed(store))
         return offsets, analysed, built, analyze(spark, config)
 
     def changes(after: int, upto: int) -> int:  # the log records other than NoOps landed in (after, upto]
@@ -1120,15 +1123,17 @@ def test_a_small_increment_evaluates_its_expressions_interpreted_and_leaves_the_
     try:
         for key, value in mine.items():
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
-        offsets, analysed, first, events = step(600, 1 << 40)  # a first build: nothing to go on from
-        assert (offsets, analysed, first.interpreted, events.plan.interpreted) == (None, None, False, False)
-        assert seen == [given, given]
+        offsets, analysed, first, events = step(600, 1 << 40)  # a first build: every record counted
         ends = [DeltaTable(str(wh / "replay_state")).to_pyarrow_table()["last_offset"][0].as_py()]
+        assert offsets == analysed == changes(-1, ends[0]) > 1 and first.resumed == 0, first.line()
+        assert (first.interpreted, events.plan.interpreted, seen) == (True, True, [interpreted, interpreted])
+        store = store_for(spark, Config.load(warehouse={"path": str(wh)}))
+        assert last_builds(spark, store, None, True).state_records(landed(store), 3) == 3  # (counted up to 3)
         offsets, analysed, grown, events = step(1200, 1)  # going on, above a threshold of 1
         ends.append(DeltaTable(str(wh / "replay_state")).to_pyarrow_table()["last_offset"][0].as_py())
         assert offsets == analysed == changes(*ends) > 1 and grown.resumed == 1, grown.line()
         assert changes(*ends) < ends[1] - ends[0]  # (NoOps not counted)
-        assert (grown.interpreted, events.plan.interpreted, seen[2:]) == (False, False, [given, given])
+        assert (grown.interpreted, events.plan.interpreted, seen[2:4]) == (False, False, [given, given])
         offsets, analysed, grown, events = step(1 << 40, 1 << 40)  # going on, below the default
         ends.append(DeltaTable(str(wh / "replay_state")).to_pyarrow_table()["last_offset"][0].as_py())
         assert offsets == analysed == changes(*ends[1:]) > 0 and grown.resumed == 1, grown.line()

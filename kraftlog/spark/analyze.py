@@ -245,15 +245,13 @@ class LastAnalyses:
         return not (self.anew or was is None or was["lineage"] != now["lineage"] or was["resume_offset"] is None
                     or now["resume_offset"] is None)
 
-    def state_records(self, table: TableSource) -> int | None:
-        """The records other than NoOps the analysis reads the changes of (``kraftlog.spark.landed.state_records``):
-        those landed since the last analysis in the clusters that go on from it, every one of the others; None where
-        every cluster is analysed anew (never a small analysis)."""
-        if self.anew or not self.previous:
-            return None
+    def state_records(self, table: TableSource, upto: int | None = None) -> int:
+        """The records other than NoOps the analysis reads the changes of (``kraftlog.spark.landed.state_records``,
+        ``upto`` that many at most): those landed since the last analysis in the clusters that go on from it, every
+        one of the others (of every cluster analysed anew)."""
         since = {c: was for c in self.current if self.goes_on(c)
                  and (was := self.previous[c]["landed_run"]) is not None}
-        return state_records(table, since, [c for c in self.current if c not in since])
+        return state_records(table, since, [c for c in self.current if c not in since], upto)
 
 
 def last_analyses(store: TableStore, clusters: list[str] | None, anew: bool) -> LastAnalyses:
@@ -760,7 +758,7 @@ def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: li
     last = last_analyses(store, clusters, anew)
     rows = {name: 0 for name in tables}
     kept = Kept()
-    with interpreted(spark, lambda: last.state_records(landed(store)), interpreted_below) as small:
+    with interpreted(spark, lambda: last.state_records(landed(store), interpreted_below), interpreted_below) as small:
         plan = plan_events(store, clusters, anew, last)
         plan.interpreted = small
         log.info("analyze: %s", plan.line())

@@ -165,14 +165,12 @@ class LastBuilds:
     was: dict[str, Mark]
     ledger: Ledger
 
-    def state_records(self, table: TableSource) -> int | None:
-        """The records other than NoOps the build replays (``kraftlog.spark.landed.state_records``): those landed
-        since the last build in the clusters whose ledger tells what landed since (``Ledger.held``), every one of the
-        others (replayed from their bases, or new); None for a first build (never a small build)."""
-        if not self.previous:
-            return None
-        held = self.ledger.held
-        return state_records(table, held, [c for c in self.ledger.marks if c not in held])
+    def state_records(self, table: TableSource, upto: int | None = None) -> int:
+        """The records other than NoOps the build replays (``kraftlog.spark.landed.state_records``, ``upto`` that many
+        at most): those landed since the last build in the clusters whose ledger tells what landed since
+        (``Ledger.held``), every one of the others (replayed from their bases, or new; every one of a first build)."""
+        held = self.ledger.held if self.previous else {}
+        return state_records(table, held, [c for c in self.ledger.marks if c not in held], upto)
 
 
 def last_builds(spark: SparkSession, store: TableStore, clusters: list[str] | None, full: bool) -> LastBuilds:

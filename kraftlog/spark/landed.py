@@ -139,15 +139,21 @@ def landing_runs(table: TableSource) -> Callable[[Scope], str | None]:
     return first
 
 
-def state_records(table: TableSource, since: Mapping[str, str], whole: list[str]) -> int:
+def state_records(table: TableSource, since: Mapping[str, str], whole: list[str], upto: int | None = None) -> int:
     """The log records other than NoOps landed in each cluster of ``since`` by runs after its run id, and in every
     cluster of ``whole`` (replayed or analysed from its base): the records that change what a run replays and
     analyses. A NoOp changes nothing, and a controller writes one every 500 ms (``metadata.max.idle.interval.ms``):
-    an hour of a quiet cluster lands 7,200, of a fleet of 50 quiet clusters 360k, and few other records."""
+    an hour of a quiet cluster lands 7,200, of a fleet of 50 quiet clusters 360k, and few other records. ``upto``:
+    counted up to that many at most (each task stops reading there: a first build of a big cluster is not read
+    whole to learn it is big)."""
     scope = Scope.of(whole, since, "run_id", strict=True)
     if scope.empty:
         return 0
-    return scope.select(table("records").filter((F.col("source") == "log") & (F.col("record_type") != NO_OP))).count()
+    records = scope.select(table("records").filter((F.col("source") == "log") & (F.col("record_type") != NO_OP)))
+    return (records if upto is None or upto > INT_MAX else records.limit(upto)).count()
+
+
+INT_MAX = 2**31 - 1  # (a limit is a Java int)
 
 
 def log_ends(table: TableSource, clusters: list[str]) -> dict[str, int]:

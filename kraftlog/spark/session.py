@@ -144,9 +144,9 @@ def small_run_settings(spark: SparkSession) -> dict[str, str]:
 
 
 @contextmanager
-def interpreted(spark: SparkSession, records: Callable[[], int | None], below: int) -> Iterator[bool]:
+def interpreted(spark: SparkSession, records: Callable[[], int], below: int) -> Iterator[bool]:
     """While the block runs, a run of fewer than ``below`` records to replay or analyse (``records()``: other than
-    NoOps, ``kraftlog.spark.landed.state_records``; None: a first build, never small; not counted where ``below`` is 0)
+    NoOps, ``kraftlog.spark.landed.state_records``, a first build's all counted; not counted where ``below`` is 0)
     evaluates its expressions interpreted and plans each query once (``small_run_settings``); the session's settings
     are restored after. Yields whether it does: not where the session does not let a setting change."""
     n = records() if below > 0 else None
