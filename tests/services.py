@@ -293,6 +293,58 @@ def connect_server(work: Path, master: str = "local[2]", conf: Mapping[str, str]
         _stop([proc])
 
 
+class DagRun(NamedTuple):
+    """What ``airflow dags test`` of kraftlog's DAG printed, and the warehouse and report directory it wrote."""
+
+    out: str
+    warehouse: Path
+    reports: Path
+
+
+def airflow_dags_test(work: Path, shape: str, connect: str | None = None) -> DagRun:
+    """``airflow dags test`` of ``jobs/airflow`` (``KRAFTLOG_DAG_SHAPE=shape``) for 03:00-04:00 on 2026-11-21 over
+    the bundled sample, its tasks run for real: spark-submit on local[2], or (``connect``: a server's ``sc://`` URL)
+    the jobs in the task's process on that Spark Connect server. Fails unless every command succeeds."""
+    import json
+
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "spark-submit").exists() or not (bin_dir / "airflow").exists():
+        pytest.skip(f"spark-submit or the airflow CLI not in {bin_dir} (pip install -e '.[spark,airflow]')")
+    root = Path(__file__).resolve().parent.parent
+    profile = work / "profile.toml"
+    wh, reports = work / "warehouse", work / "reports"
+    profile.write_text('[spark]\nmaster = "local[2]"\n[spark.conf]\n"spark.sql.shuffle.partitions" = "4"\n'
+                       f'"spark.ui.enabled" = "false"\n[warehouse]\npath = "{wh}"\n')
+    env = {**spark_env(), "AIRFLOW_HOME": str(work / "airflow"),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(root / "jobs" / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
+           "AIRFLOW_VAR_KRAFTLOG_CONF": str(profile), "AIRFLOW_VAR_KRAFTLOG_REPORTS": str(reports),
+           "AIRFLOW_VAR_KRAFTLOG_INPUTS": str(root / "samples" / "scenario-a"), "KRAFTLOG_DAG_SHAPE": shape}
+    if connect is not None:
+        host, port = connect.removeprefix("sc://").split(":")
+        env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps({"conn_type": "spark_connect", "host": host,
+                                                                "port": int(port)})
+    airflow = str(bin_dir / "airflow")
+    for cmd in (["db", "migrate"], ["dags", "reserialize"], ["dags", "test", "kraftlog", "2026-11-21T04:00:00+00:00"]):
+        run = subprocess.run([airflow, *cmd], env=env, cwd=work, capture_output=True, text=True, timeout=1200)
+        assert run.returncode == 0, (cmd, run.stdout[-3000:], run.stderr[-3000:])
+    return DagRun(run.stdout + run.stderr, wh, reports)
+
+
+def assert_dag_ran(run: DagRun, tasks: list[str]) -> None:
+    """The DAG's run succeeded with ``tasks`` in order, and left the tables and the hour's report page."""
+    import re
+
+    from deltalake import DeltaTable
+
+    assert "state=success" in run.out  # the run's, once its tasks all succeeded
+    assert re.findall(r"\[DAG TEST\] end task task_id=(\w+)", run.out) == tasks
+    assert DeltaTable(str(run.warehouse / "leader_elections")).count() > 0  # ingest, reconstruct and analytics ran
+    page = (run.reports / "20261121T0400" / "report-T4vFxmI9RFCnFwCmltnwag.html").read_text()
+    assert "2026-11-21 03:00:00 UTC to 2026-11-21 04:00:00 UTC" in page and "<td>unclean</td>" in page
+
+
 def copy_upto(source: Path, dest: Path, end: int, skip: tuple[str, ...] = (), ends: Mapping[str, int] | None = None
               ) -> Path:
     """``source``'s data directories in ``dest`` as they were when the log ended at offset ``end`` (exclusive; in

@@ -4,12 +4,7 @@ application, pipeline -> maintain), and renders arguments that kraftlog's own jo
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
-import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, load_job
-from services import connect_server, spark_env
+from services import airflow_dags_test, assert_dag_ran
 
 from kraftlog.spark.session import job_parser
 
@@ -178,48 +173,13 @@ def test_dag_refuses_a_shape_it_does_not_know(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("shape", "tasks"), [("steps", ["ingest", "reconstruct", "analytics", "report", "maintain"]),
-                                              ("connect", ["pipeline", "maintain"])])
-def test_dag_runs_end_to_end(dag: Any, tmp_path: Path, shape: str, tasks: list[str]) -> None:
-    """``airflow dags test``: the tasks run for real (spark-submit on local[2], or jobs on a real Spark Connect
-    server) over the bundled sample, for the 03:00-04:00 interval, and leave the tables and the report of that hour;
-    a task per step, or the jobs on a Connect server. (The ``one`` shape is not run again end to end, about 150 s of
-    the suite's two cores: its tasks are the ``steps`` shape's operator (``_job``) on jobs/pipeline.py, which
-    spark-submit runs in test_deploy's standalone cluster, and its wiring and rendered arguments, parsed by the
-    jobs' own parsers, are checked above.)"""
-    bin_dir = Path(sys.executable).parent
-    if not (bin_dir / "spark-submit").exists() or not (bin_dir / "airflow").exists():
-        pytest.skip(f"spark-submit or the airflow CLI not in {bin_dir}")
-    with contextlib.ExitStack() as stack:
-        connect = stack.enter_context(connect_server(tmp_path)) if shape == "connect" else None
-        _dags_test(tmp_path, bin_dir, shape, tasks, connect)
+def test_dag_runs_end_to_end(tmp_path: Path) -> None:
+    """``airflow dags test``: the tasks, one per step, run for real (spark-submit on local[2]) over the bundled
+    sample for the 03:00-04:00 interval, and leave the tables and the report of that hour. (The ``connect`` shape
+    runs end to end in test_deploy, on the Spark Connect server its other checks use. The ``one`` shape is not run
+    again end to end, about 150 s of the suite's two cores: its tasks are this shape's operator (``_job``) on
+    jobs/pipeline.py, which spark-submit runs in test_deploy's standalone cluster, and its wiring and rendered
+    arguments, parsed by the jobs' own parsers, are checked above.)"""
+    run = airflow_dags_test(tmp_path, "steps")
+    assert_dag_ran(run, ["ingest", "reconstruct", "analytics", "report", "maintain"])
 
-
-def _dags_test(tmp_path: Path, bin_dir: Path, shape: str, tasks: list[str], connect: str | None) -> None:
-    from deltalake import DeltaTable
-
-    profile = tmp_path / "profile.toml"
-    wh, reports = tmp_path / "warehouse", tmp_path / "reports"
-    profile.write_text('[spark]\nmaster = "local[2]"\n[spark.conf]\n"spark.sql.shuffle.partitions" = "4"\n'
-                       f'"spark.ui.enabled" = "false"\n[warehouse]\npath = "{wh}"\n')
-    env = {**spark_env(), "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(DAG_DIR),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
-           "AIRFLOW_VAR_KRAFTLOG_CONF": str(profile), "AIRFLOW_VAR_KRAFTLOG_REPORTS": str(reports),
-           "AIRFLOW_VAR_KRAFTLOG_INPUTS": str(ROOT / "samples" / "scenario-a"), "KRAFTLOG_DAG_SHAPE": shape}
-    if connect is not None:
-        host, port = connect.removeprefix("sc://").split(":")
-        env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps({"conn_type": "spark_connect", "host": host,
-                                                                "port": int(port)})
-    airflow = str(bin_dir / "airflow")
-    for cmd in (["db", "migrate"], ["dags", "reserialize"], ["dags", "test", "kraftlog", "2026-11-21T04:00:00+00:00"]):
-        run = subprocess.run([airflow, *cmd], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=1200)
-        assert run.returncode == 0, (cmd, run.stdout[-3000:], run.stderr[-3000:])
-    out = run.stdout + run.stderr
-    assert "state=success" in out  # the run's, once its tasks all succeeded
-    if connect is not None:
-        assert "spark: connect" in out  # the jobs ran on the server's sessions
-    assert re.findall(r"\[DAG TEST\] end task task_id=(\w+)", out) == tasks
-    assert DeltaTable(str(wh / "leader_elections")).count() > 0  # ingest, reconstruct and analytics ran
-    page = (reports / "20261121T0400" / "report-T4vFxmI9RFCnFwCmltnwag.html").read_text()
-    assert "2026-11-21 03:00:00 UTC to 2026-11-21 04:00:00 UTC" in page and "<td>unclean</td>" in page

@@ -1,7 +1,8 @@
 """kraftlog as a platform team deploys it: spark-submit's settings win, a Spark standalone cluster whose
-executors run the packed environment of ``make dist``, and Spark Connect. Every component is real and started
-here on loopback: the Spark master and workers from pip pyspark's ``spark-class``, a Spark Connect server, and
-an S3-compatible server for the warehouse.
+executors run the packed environment of ``make dist``, and Spark Connect (the example Airflow DAG's jobs, then each
+job, the CLI and the SQL functions, on one server). Every component is real and started here on loopback: the
+Spark master and workers from pip pyspark's ``spark-class``, a Spark Connect server, Airflow (``airflow dags
+test``), and an S3-compatible server for the warehouse.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import Any
 import pytest
 from conftest import ROOT, SAMPLE
 from services import (
+    DagRun,
+    airflow_dags_test,
+    assert_dag_ran,
     assert_same_tables,
     connect_server,
     create_bucket,
@@ -136,15 +140,34 @@ def connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-def test_spark_connect_runs_every_job(tmp_path: Path, connect: str, sample_events: Any) -> None:
+@pytest.fixture(scope="module")
+def connect_dag(connect: str, tmp_path_factory: pytest.TempPathFactory) -> DagRun:
+    """The example Airflow DAG shaped for Spark Connect (``KRAFTLOG_DAG_SHAPE=connect``), run by ``airflow dags
+    test`` on the module's server: jobs/pipeline.py (ingest, reconstruct with verify, analytics, the hour's report)
+    then jobs/maintain.py, each in the task's own process on a session of the server."""
+    return airflow_dags_test(tmp_path_factory.mktemp("dag"), "connect", connect)
+
+
+def test_the_airflow_dag_runs_its_jobs_on_a_spark_connect_server(connect_dag: DagRun, sample_events: Any) -> None:
+    assert_dag_ran(connect_dag, ["pipeline", "maintain"])
+    assert "spark: connect" in connect_dag.out  # the jobs ran on the server's sessions
     local_wh, _ = sample_events
+    assert_same_tables(local_wh, str(connect_dag.warehouse), {})
+
+
+def test_spark_connect_runs_every_job(tmp_path: Path, connect: str, connect_dag: DagRun) -> None:
+    """Each step's own job on the warehouse the DAG built there (nothing new: each goes on from it), the report's
+    pages of many clusters drawn by the server's Python workers, the CLI, and the SQL functions."""
     env = spark_env({"SPARK_REMOTE": connect})
-    wh = str(tmp_path / "wh")
+    wh = str(connect_dag.warehouse)
     py = sys.executable
     out = _run([py, str(ROOT / "jobs" / "ingest.py"), "--warehouse", wh, str(SAMPLE)], env, tmp_path)
-    assert "spark: connect" in out and "errors 0" in out
-    _run([py, str(ROOT / "jobs" / "reconstruct.py"), "--warehouse", wh, "--verify"], env, tmp_path)
-    _run([py, str(ROOT / "jobs" / "analytics.py"), "--warehouse", wh], env, tmp_path)
+    assert "spark: connect" in out and "errors 0" in out and "new rows 0" in out, out
+    # nothing new: a small run, interpreted by settings of the server's session for it (given back after)
+    out = _run([py, str(ROOT / "jobs" / "reconstruct.py"), "--warehouse", wh, "--verify"], env, tmp_path)
+    assert "0 cluster(s) replayed" in out and "expressions interpreted" in out, out
+    out = _run([py, str(ROOT / "jobs" / "analytics.py"), "--warehouse", wh], env, tmp_path)
+    assert "0 cluster(s) go on" in out, out
     out = _run([py, str(ROOT / "jobs" / "report.py"), "--warehouse", wh, "--out-dir", str(tmp_path / "reports")],
                env, tmp_path)
     assert (tmp_path / "reports" / "index.html").exists()
@@ -159,10 +182,6 @@ def test_spark_connect_runs_every_job(tmp_path: Path, connect: str, sample_event
     assert uris == [f"file:{pages}/report-c{i}.html" for i in range(n)]  # (as normalized: a URI)
     assert sorted(p.name for p in pages.iterdir()) == sorted(f"report-c{i}.html" for i in range(n))
     assert all(f"<h1>KRaft metadata report: c{i}</h1>" in (pages / f"report-c{i}.html").read_text() for i in range(n))
-    # nothing new: a small run, interpreted by settings of the server's session for it (given back after)
-    out = _run([py, str(ROOT / "jobs" / "reconstruct.py"), "--warehouse", wh], env, tmp_path)
-    assert "0 cluster(s) replayed" in out and "expressions interpreted" in out, out
-    assert_same_tables(local_wh, wh, {})
     # the CLI too
     out = _run([str(BIN / "kraftlog"), "state", "--warehouse", wh, "--kind", "brokers"], env, tmp_path)
     assert '"brokers"' in out
