@@ -28,8 +28,9 @@ DEFAULTS: dict[str, Any] = {
         "app_name": "kraftlog",
         "log_level": "WARN",
         # a reconstruct or analyze of fewer records than this (other than NoOps: landed since the last run, and
-        # every one of a cluster rebuilt or built first; kraftlog.spark.landed.state_records) evaluates Spark
-        # expressions interpreted, not compiled, and plans each query once, without adaptive execution
+        # every one of a cluster rebuilt; in a first build every record, NoOps too;
+        # kraftlog.spark.landed.state_records) evaluates Spark expressions interpreted, not compiled, and plans
+        # each query once, without adaptive execution
         # (kraftlog.spark.session: INTERPRETED); 0: always compiled
         "interpreted_below": 200000,
         "conf": {

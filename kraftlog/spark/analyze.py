@@ -248,10 +248,11 @@ class LastAnalyses:
     def state_records(self, table: TableSource, upto: int | None = None) -> int:
         """The records other than NoOps the analysis reads the changes of (``kraftlog.spark.landed.state_records``,
         ``upto`` that many at most): those landed since the last analysis in the clusters that go on from it, every
-        one of the others (of every cluster analysed anew)."""
+        one of the others; where every cluster is analysed anew: every record landed, NoOps too."""
         since = {c: was for c in self.current if self.goes_on(c)
                  and (was := self.previous[c]["landed_run"]) is not None}
-        return state_records(table, since, [c for c in self.current if c not in since], upto)
+        return state_records(table, since, [c for c in self.current if c not in since], upto,
+                             self.anew or not self.previous)
 
 
 def last_analyses(store: TableStore, clusters: list[str] | None, anew: bool) -> LastAnalyses:

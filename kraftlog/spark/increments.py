@@ -168,9 +168,10 @@ class LastBuilds:
     def state_records(self, table: TableSource, upto: int | None = None) -> int:
         """The records other than NoOps the build replays (``kraftlog.spark.landed.state_records``, ``upto`` that many
         at most): those landed since the last build in the clusters whose ledger tells what landed since
-        (``Ledger.held``), every one of the others (replayed from their bases, or new; every one of a first build)."""
+        (``Ledger.held``), every one of the others (replayed from their bases, or new); a first build's: every record
+        landed, NoOps too."""
         held = self.ledger.held if self.previous else {}
-        return state_records(table, held, [c for c in self.ledger.marks if c not in held], upto)
+        return state_records(table, held, [c for c in self.ledger.marks if c not in held], upto, not self.previous)
 
 
 def last_builds(spark: SparkSession, store: TableStore, clusters: list[str] | None, full: bool) -> LastBuilds:
