@@ -310,17 +310,16 @@ def airflow_dags_test(work: Path, shape: str, connect: str | None = None) -> Dag
     bin_dir = Path(sys.executable).parent
     if not (bin_dir / "spark-submit").exists() or not (bin_dir / "airflow").exists():
         pytest.skip(f"spark-submit or the airflow CLI not in {bin_dir} (pip install -e '.[spark,airflow]')")
-    root = Path(__file__).resolve().parent.parent
     profile = work / "profile.toml"
     wh, reports = work / "warehouse", work / "reports"
     profile.write_text('[spark]\nmaster = "local[2]"\n[spark.conf]\n"spark.sql.shuffle.partitions" = "4"\n'
                        f'"spark.ui.enabled" = "false"\n[warehouse]\npath = "{wh}"\n')
     env = {**spark_env(), "AIRFLOW_HOME": str(work / "airflow"),
-           "AIRFLOW__CORE__DAGS_FOLDER": str(root / "jobs" / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "jobs" / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
            "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
            "AIRFLOW_VAR_KRAFTLOG_CONF": str(profile), "AIRFLOW_VAR_KRAFTLOG_REPORTS": str(reports),
-           "AIRFLOW_VAR_KRAFTLOG_INPUTS": str(root / "samples" / "scenario-a"), "KRAFTLOG_DAG_SHAPE": shape}
+           "AIRFLOW_VAR_KRAFTLOG_INPUTS": str(ROOT / "samples" / "scenario-a"), "KRAFTLOG_DAG_SHAPE": shape}
     if connect is not None:
         host, port = connect.removeprefix("sc://").split(":")
         env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps({"conn_type": "spark_connect", "host": host,

@@ -182,4 +182,3 @@ def test_dag_runs_end_to_end(tmp_path: Path) -> None:
     arguments, parsed by the jobs' own parsers, are checked above.)"""
     run = airflow_dags_test(tmp_path, "steps")
     assert_dag_ran(run, ["ingest", "reconstruct", "analytics", "report", "maintain"])
-

@@ -170,7 +170,7 @@ class LastBuilds:
         at most): those landed since the last build in the clusters whose ledger tells what landed since
         (``Ledger.held``), every one of the others (replayed from their bases, or new); a first build's: every record
         landed, NoOps too."""
-        held = self.ledger.held if self.previous else {}
+        held = self.ledger.held  # (none in a first build: nothing was marked before)
         return state_records(table, held, [c for c in self.ledger.marks if c not in held], upto, not self.previous)
 
 

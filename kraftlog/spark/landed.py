@@ -139,6 +139,9 @@ def landing_runs(table: TableSource) -> Callable[[Scope], str | None]:
     return first
 
 
+INT_MAX = 2**31 - 1  # (a limit is a Java int)
+
+
 def state_records(table: TableSource, since: Mapping[str, str], whole: list[str], upto: int | None = None,
                   first: bool = False) -> int:
     """The log records other than NoOps landed in each cluster of ``since`` by runs after its run id, and in every
@@ -157,9 +160,6 @@ def state_records(table: TableSource, since: Mapping[str, str], whole: list[str]
         records = records.filter((F.col("source") == "log") & (F.col("record_type") != NO_OP))
     records = scope.select(records)
     return (records if upto is None or upto > INT_MAX else records.limit(upto)).count()
-
-
-INT_MAX = 2**31 - 1  # (a limit is a Java int)
 
 
 def log_ends(table: TableSource, clusters: list[str]) -> dict[str, int]:
