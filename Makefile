@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_window.py --json out/bench-window.json
 	$(BIN)/python benchmarks/bench_segment.py --json out/bench-segment.json
 	$(BIN)/python benchmarks/bench_tasks.py --json out/bench-tasks.json
+	$(BIN)/python benchmarks/bench_interpreted.py --json out/bench-interpreted.json
 
 ## what a Spark cluster needs: the wheel, and a packed Python environment (kraftlog and its native
 ## dependencies, pyspark excluded: Spark ships its own to the workers) for spark-submit --archives

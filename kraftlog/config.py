@@ -31,7 +31,8 @@ DEFAULTS: dict[str, Any] = {
         # every one of a cluster rebuilt; in a first build every record, NoOps too;
         # kraftlog.spark.landed.state_records) evaluates Spark expressions interpreted, not compiled, and plans
         # each query once, without adaptive execution
-        # (kraftlog.spark.session: INTERPRETED); 0: always compiled
+        # (kraftlog.spark.session: INTERPRETED); 0: always compiled. Where a first build turns:
+        # benchmarks/bench_interpreted.py (here between 124k and 495k records)
         "interpreted_below": 200000,
         "conf": {
             "spark.driver.memory": "4g",
