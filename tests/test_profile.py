@@ -133,13 +133,13 @@ def test_a_small_run_cuts_its_shuffles_into_no_more_parts_than_task_slots(spark:
     try:
         for given, want in ((slots * 50, slots), (1, 1)):
             spark.conf.set(SHUFFLE_PARTS, str(given))
-            with interpreted(spark, lambda: 10, 100) as small:
+            with interpreted(spark, lambda upto: 10, 100) as small:
                 assert small and spark.conf.get("spark.sql.adaptive.enabled") == "false"
                 assert parts() == want
-            with interpreted(spark, lambda: 100, 100) as small:  # not small: as the session has it
+            with interpreted(spark, lambda upto: 100, 100) as small:  # not small: as the session has it
                 assert not small and spark.conf.get(SHUFFLE_PARTS) == str(given)
             assert spark.conf.get(SHUFFLE_PARTS) == str(given)
-        with interpreted(spark, lambda: 1 // 0, 0) as small:  # 0: always compiled, and nothing counted
+        with interpreted(spark, lambda upto: 1 // 0, 0) as small:  # 0: always compiled, and nothing counted
             assert not small
     finally:
         spark.conf.set(SHUFFLE_PARTS, own)

@@ -759,7 +759,7 @@ def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: li
     last = last_analyses(store, clusters, anew)
     rows = {name: 0 for name in tables}
     kept = Kept()
-    with interpreted(spark, lambda: last.state_records(landed(store), interpreted_below), interpreted_below) as small:
+    with interpreted(spark, functools.partial(last.state_records, landed(store)), interpreted_below) as small:
         plan = plan_events(store, clusters, anew, last)
         plan.interpreted = small
         log.info("analyze: %s", plan.line())

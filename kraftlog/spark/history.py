@@ -132,7 +132,7 @@ def _reconstruct(spark: SparkSession, store: TableStore, build_id: str, clusters
         clusters, full = None, True
     source = landed(store)
     last = last_builds(spark, store, clusters, full)
-    with interpreted(spark, lambda: last.state_records(source, interpreted_below), interpreted_below) as small:
+    with interpreted(spark, functools.partial(last.state_records, source), interpreted_below) as small:
         plan = plan_build(spark, store, source, clusters, full, last)
         t_plan = time.time()
         log.info("reconstruct: %d cluster(s) go on from their last build, %d replayed from their base, %d unchanged, "

@@ -144,12 +144,13 @@ def small_run_settings(spark: SparkSession) -> dict[str, str]:
 
 
 @contextmanager
-def interpreted(spark: SparkSession, records: Callable[[], int], below: int) -> Iterator[bool]:
-    """While the block runs, a run of fewer than ``below`` records to replay or analyse (``records()``: other than
-    NoOps, ``kraftlog.spark.landed.state_records``, a first build's all counted; not counted where ``below`` is 0)
-    evaluates its expressions interpreted and plans each query once (``small_run_settings``); the session's settings
-    are restored after. Yields whether it does: not where the session does not let a setting change."""
-    n = records() if below > 0 else None
+def interpreted(spark: SparkSession, records: Callable[[int], int], below: int) -> Iterator[bool]:
+    """While the block runs, a run of fewer than ``below`` records to replay or analyse (``records(below)``: other
+    than NoOps, ``kraftlog.spark.landed.state_records``, a first build's all counted; counted up to ``below`` at most,
+    and not at all where ``below`` is 0) evaluates its expressions interpreted and plans each query once
+    (``small_run_settings``); the session's settings are restored after. Yields whether it does: not where the
+    session does not let a setting change."""
+    n = records(below) if below > 0 else None
     if n is None or n >= below:
         yield False
         return
