@@ -1,5 +1,6 @@
 """The README's code blocks are true: Python and SQL run against the sample warehouse, profile snippets load,
-and every command line names commands, options, jobs and make targets that exist.
+and every command line names commands, options, jobs and make targets that exist; every file, Python name and link
+the README and the benchmark log (``benchmarks/RESULTS.md``) point to exists.
 
 Placeholders of synopses (``PATH...``, ``DIR``) and cluster-only lines (``spark-submit --master yarn``) are not run;
 their commands, options and jobs are checked against the real ones.
@@ -7,6 +8,7 @@ their commands, options and jobs are checked against the real ones.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shlex
@@ -123,3 +125,57 @@ def test_every_command_line_names_what_exists() -> None:
             pytest.fail(f"a README command this test does not know: {argv}")
         checked += 1
     assert checked >= 15
+
+
+DOCS = ("README.md", "benchmarks/RESULTS.md")
+_PATH = re.compile(r"(?<![\w./-])((?:kraftlog|benchmarks|jobs|conf|schemas|tests|notebooks|samples)/[\w./*-]*[\w/])")
+_NAME = re.compile(r"`(kraftlog(?:\.\w+)+)")
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def test_every_path_name_and_link_the_docs_give_exists() -> None:
+    """The files (``benchmarks/bench_fleet.py``), Python names (``kraftlog.spark.landed.state_records``) and links
+    (``[Performance](#performance-make-bench)``) the README and the benchmark log point to exist: a module moved or
+    a function renamed leaves no stale pointer behind."""
+    checked = 0
+    for doc in DOCS:
+        path = ROOT / doc
+        text = path.read_text()
+        for name in sorted(set(_PATH.findall(text))):
+            assert any(ROOT.glob(name)) if "*" in name else (ROOT / name).exists(), (doc, name)
+            checked += 1
+        for name in sorted(set(_NAME.findall(text))):
+            assert _resolves(name), (doc, name)
+            checked += 1
+        for link in _LINK.findall(text):
+            if link.startswith("http"):
+                continue
+            target, _, anchor = link.partition("#")
+            where = (path.parent / target).resolve() if target else path
+            assert where.exists(), (doc, link)
+            if anchor:
+                headings = re.findall(r"^#+ (.+)$", where.read_text(), re.M)
+                assert anchor in {_anchor(h) for h in headings}, (doc, link)
+            checked += 1
+    assert checked >= 50, checked
