@@ -34,9 +34,9 @@ SAMPLE = ROOT / "samples" / "scenario-a"
 MODES = {"interpreted": 1 << 40, "compiled": 0}  # thresholds that force each mode (0: never counted)
 
 
-def first_build(spark: Any, landed: Path, config: Any, below: int) -> tuple[float, bool]:
+def first_build(spark: Any, landed: Path, config: Any, below: int) -> tuple[float, tuple[bool, bool]]:
     """Seconds of reconstruct + analyze from a copy of the ``landed`` warehouse, with ``interpreted_below`` =
-    ``below``; and whether both ran interpreted."""
+    ``below``; and whether each of the two ran interpreted."""
     from kraftlog.config import Config
     from kraftlog.spark.analyze import analyze
     from kraftlog.spark.history import reconstruct
@@ -49,14 +49,33 @@ def first_build(spark: Any, landed: Path, config: Any, below: int) -> tuple[floa
     t0 = time.perf_counter()
     built = reconstruct(spark, forced)
     events = analyze(spark, forced)
-    return time.perf_counter() - t0, bool(built.interpreted and events.plan.interpreted)
+    return time.perf_counter() - t0, (built.interpreted, events.plan.interpreted)
 
 
-def landed_records(warehouse: Path) -> int:
-    """Every record landed (NoOps and snapshots' too): what a first build counts."""
-    from deltalake import DeltaTable
+def counted(spark: Any, landed: Path, work: Path) -> int:
+    """The records a first build of the ``landed`` warehouse counts against the threshold: what ``reconstruct``
+    counts (``LastBuilds.state_records``), on a copy given the empty ``replay_state`` a first build starts with."""
+    from kraftlog.spark.history import landed as landed_tables
+    from kraftlog.spark.increments import last_builds
+    from kraftlog.spark.store import open_store
+    from kraftlog.state.entities import replay_state_table
 
-    return int(DeltaTable(str(warehouse / "records")).to_pyarrow_dataset().count_rows())
+    copied = work / f"{landed.name}-counted"
+    shutil.copytree(landed, copied)
+    try:
+        store = open_store(spark, str(copied))
+        store.ensure(replay_state_table())
+        return int(last_builds(spark, store, None, False).state_records(landed_tables(store)))
+    finally:
+        shutil.rmtree(copied, ignore_errors=True)
+
+
+def default_mode(spark: Any, records: int, below: int) -> str:
+    """The mode ``kraftlog.spark.session.interpreted`` picks for ``records`` under the threshold ``below``."""
+    from kraftlog.spark.session import interpreted
+
+    with interpreted(spark, lambda upto: records, below) as small:
+        return "interpreted" if small else "compiled"
 
 
 def measure(spark: Any, base: Any, work: Path, name: str, inputs: Path, rounds: int) -> dict[str, Any]:
@@ -66,22 +85,20 @@ def measure(spark: Any, base: Any, work: Path, name: str, inputs: Path, rounds: 
     landing = with_warehouse(base, work, f"{name}-landed")
     ingest(spark, [str(inputs)], landing)
     landed = Path(landing.warehouse)
-    records = landed_records(landed)
+    records = counted(spark, landed, work)
     config = with_warehouse(base, work, f"{name}-built")
     seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
     for r in range(rounds + 1):  # round 0 warms the process up, in both modes, and is not counted
         for mode, below in MODES.items():
-            s, interpreted = first_build(spark, landed, config, below)
-            if interpreted != (mode == "interpreted"):
-                ran = "interpreted" if interpreted else "compiled"
-                raise RuntimeError(f"{name}: forced {mode}, the build ran {ran}")
+            s, ran = first_build(spark, landed, config, below)
+            if ran != (mode == "interpreted",) * 2:
+                raise RuntimeError(f"{name}: forced {mode}, reconstruct and analyze ran interpreted: {ran}")
             if r:
                 seconds[mode].append(round(s, 1))
     median = {mode: round(statistics.median(s), 1) for mode, s in seconds.items()}
-    default = int(base.interpreted_below)
     out = {"records": records, "seconds": seconds, "median": median,
            "faster": min(median, key=median.__getitem__),
-           "default_picks": "interpreted" if records < default else "compiled"}
+           "default_picks": default_mode(spark, records, int(base.interpreted_below))}
     print(f"{name:<18} {records:>10,} {median['interpreted']:>12.1f} {median['compiled']:>9.1f}  "
           f"{out['faster']:<12} {out['default_picks']}", flush=True)
     shutil.rmtree(landed, ignore_errors=True)
