@@ -1,5 +1,6 @@
 """The big-cluster generator of the benchmarks writes a log Kafka's rules replay without a problem, and snapshots
-that replay reproduces exactly."""
+that replay reproduces exactly; the benchmarks' own parts (the hour's input, the CPU and memory they read, the
+interpreted benchmark's count and forced modes) measure what they say."""
 
 from __future__ import annotations
 
@@ -251,3 +252,29 @@ def test_the_benchmarks_sample_the_memory_of_this_sessions_workers_alone(spark: 
         other.kill()
         other.wait()
     assert 300 << 10 <= sampler.peak_kb < 600 << 10
+
+
+def test_the_interpreted_benchmark_counts_as_a_first_build_does_and_forces_each_mode(spark: Any, tmp_path: Path
+                                                                                    ) -> None:
+    """``bench_interpreted`` counts a landed warehouse's records as the first build of it counts them (every record
+    landed, NoOps and snapshots' too: the rows of ``records``), says the mode the threshold picks on either side of
+    it, and its forced thresholds make reconstruct and analyze each run in the mode forced (its self-check)."""
+    from bench_interpreted import MODES, counted, default_mode, first_build
+    from deltalake import DeltaTable
+
+    from kraftlog.config import Config
+    from kraftlog.spark.ingest import ingest
+
+    generate(tmp_path / "in" / "node", brokers=6, racks=3, topics=10, partitions=60, records=3_000, seed=7,
+             segment_records=1_000)
+    landing = Config.load(warehouse={"path": str(tmp_path / "landed")}, identity={"cluster": "{cluster.id}"})
+    ingest(spark, [str(tmp_path / "in")], landing)
+    landed = Path(landing.warehouse)
+    n = counted(spark, landed, tmp_path)
+    assert n == DeltaTable(str(landed / "records")).to_pyarrow_dataset().count_rows() > 3_000
+    assert not (landed / "replay_state").exists()  # (counted on a copy: the landed warehouse is left as it was)
+    assert (default_mode(spark, n, n + 1), default_mode(spark, n, n)) == ("interpreted", "compiled")
+    built = Config.load(warehouse={"path": str(tmp_path / "built")}, identity={"cluster": "{cluster.id}"})
+    for mode, below in MODES.items():
+        seconds, ran = first_build(spark, landed, built, below)
+        assert ran == (mode == "interpreted",) * 2 and seconds > 0, (mode, ran)
