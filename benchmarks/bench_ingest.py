@@ -48,7 +48,7 @@ def _decoder_rate(inputs: Path) -> tuple[float, int]:
 def _lander_rate(inputs: Path, out: Path) -> float:
     """One core, no Spark: what the land pass does per file (decode, build columns, write Parquet), with the Arrow
     memory pool of kraftlog's workers."""
-    from kraftlog.spark.store import StreamingWriter
+    from kraftlog.spark.staging import StreamingWriter
     from kraftlog.spark.workers import retaining_arrow_pool
     from kraftlog.storage import Storage
     from kraftlog.tables.definitions import catalog

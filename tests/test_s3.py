@@ -143,7 +143,8 @@ def test_executors_read_parquet_with_no_request_for_its_size(spark: Any, s3: dic
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from kraftlog.spark.store import read_parquet_with_pyarrow, staged_rows, write_parquet
+    from kraftlog.spark.staging import staged_rows, write_parquet
+    from kraftlog.spark.store import read_parquet_with_pyarrow
     from kraftlog.storage import Storage
 
     storage = Storage.from_environment(environ=s3)

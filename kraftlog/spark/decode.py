@@ -12,7 +12,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from kraftlog.spark.inputs import Content, FileGroups, FileSpec, by_cluster
-from kraftlog.spark.store import StreamingWriter, spark_schema, write_parquet
+from kraftlog.spark.staging import StreamingWriter, write_parquet
+from kraftlog.spark.store import spark_schema
 from kraftlog.storage import Storage
 from kraftlog.tables.definitions import catalog
 from kraftlog.tables.rows import SUMMARY, FileIdentity, FileLander, FileRef, KeepSpec, Resume, content_digest, summarize

@@ -36,7 +36,8 @@ from kraftlog.spark.increments import Plan, last_builds, plan_build, state_table
 from kraftlog.spark.predicates import SQL_TERMS, of_clusters, sql_literal
 from kraftlog.spark.replay import replay
 from kraftlog.spark.session import interpreted, local_frame
-from kraftlog.spark.store import StagedFile, TableStore, new_run_id, store_for, writing
+from kraftlog.spark.staging import StagedFile
+from kraftlog.spark.store import TableStore, new_run_id, store_for, writing
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table, replay_state_table, replay_tables
 from kraftlog.state.local import Difference
 from kraftlog.state.replay import Change, Image

@@ -42,9 +42,9 @@ from kraftlog.planning import Landed, ListedFile, PlannedFile, plan_by_name, pla
 from kraftlog.spark.decode import LandRouter, stage_choices, summaries
 from kraftlog.spark.inputs import FileSpec, by_bytes, by_cluster, read_meta_properties
 from kraftlog.spark.predicates import of_clusters
+from kraftlog.spark.staging import StagedFile
 from kraftlog.spark.store import (
     Manifest,
-    StagedFile,
     TableStore,
     new_run_id,
     spark_schema,

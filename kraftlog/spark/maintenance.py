@@ -29,7 +29,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kraftlog.config import Config
-from kraftlog.spark.store import StreamingWriter, TableStore, new_run_id, warehouse_tables, writing
+from kraftlog.spark.staging import StreamingWriter
+from kraftlog.spark.store import TableStore, new_run_id, warehouse_tables, writing
 from kraftlog.tables.definitions import TableDef
 
 log = logging.getLogger("kraftlog")

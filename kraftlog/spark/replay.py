@@ -35,7 +35,8 @@ from kraftlog.analytics.events import valid_at
 from kraftlog.spark.bases import ClusterBase, TableSource, may_hold
 from kraftlog.spark.predicates import Scope, of_clusters, only_topics
 from kraftlog.spark.session import default_parallelism, local_frame
-from kraftlog.spark.store import StagedFile, TableStore, open_apart, restage, staged_rows
+from kraftlog.spark.staging import StagedFile, restage, staged_rows
+from kraftlog.spark.store import TableStore, open_apart
 from kraftlog.state.entities import BY_NAME, history_tables, previous_column, replay_ranges_table, replay_tables
 from kraftlog.state.history import Row, Versions
 from kraftlog.state.replay import Change, Event, Replayer, TopicsRead, still_open, still_open_parts
