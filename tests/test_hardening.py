@@ -315,6 +315,29 @@ def test_allow_empty_accepts_an_input_without_data(spark, tmp_path: Path) -> Non
                                        "--allow-empty", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "files 0" in result.output
+    # the hour after goes through: nothing to replay or analyse yet, no error (a DAG's first hours on a new cluster)
+    for command, said in (("reconstruct", "0 cluster(s) replayed"), ("analyze", "0 event rows written")):
+        after = CliRunner().invoke(main, [command, "--warehouse", str(tmp_path / "wh")])
+        assert after.exit_code == 0 and said in after.output, after.output
+
+
+@pytest.mark.spark
+def test_a_warehouse_where_nothing_landed_is_told_in_one_line_and_not_made(spark, tmp_path: Path  # type: ignore[no-untyped-def]
+                                                                          ) -> None:
+    """``reconstruct``, ``verify``, ``analyze`` and ``maintain`` of a warehouse no ingest wrote (a mistyped path) fail
+    with one line saying so, before they take its lease: they used to make the folder, and the first two to end in
+    delta-rs' traceback (``TableNotFoundError``)."""
+    from click.testing import CliRunner
+
+    from kraftlog.cli import main
+
+    wh = tmp_path / "mistyped"
+    for command in ("reconstruct", "verify", "analyze", "maintain"):
+        result = CliRunner().invoke(main, [command, "--warehouse", str(wh)])
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (command, result.output)
+        assert result.output.strip().splitlines()[-1] == (
+            f"Error: nothing landed under file:{wh}: run `kraftlog ingest` first"), (command, result.output)
+        assert not wh.exists(), command
 
 
 def test_symlink_loops_are_skipped_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from kraftlog.config import Config
 from kraftlog.spark.staging import StreamingWriter
-from kraftlog.spark.store import TableStore, new_run_id, warehouse_tables, writing
+from kraftlog.spark.store import TableStore, new_run_id, require_landed, warehouse_tables, writing
 from kraftlog.tables.definitions import TableDef
 
 log = logging.getLogger("kraftlog")
@@ -149,6 +149,7 @@ def maintain(store: TableStore, config: Config, z_order: bool = False, vacuum: b
     """Compact (clustered, or z-order) and vacuum every table of ``store``'s warehouse, under its lease."""
     from deltalake import WriterProperties
 
+    require_landed(store)
     run_id = new_run_id()
     result = MaintainResult(run_id)
     t0 = time.time()

@@ -25,8 +25,8 @@ from kraftlog.storage import Storage, join, open_output
 
 # a router turns one input batch into rows of tables: one dict, or several (to bound memory)
 Router = Callable[[Any], dict[str, pa.Table] | Iterator[dict[str, pa.Table]]]  # a RecordBatch, or file contents
-# a producer turns one task's input batches into rows of tables (for ``kraftlog.spark.store.TableStore.stage_chunks``); a key ``<table>#<part>``
-# puts rows in a file of their own
+# a producer turns one task's input batches into rows of tables (for ``TableStore.stage_chunks``, in
+# ``kraftlog.spark.store``); a key ``<table>#<part>`` puts rows in a file of their own
 FILE_PART = "#"
 Producer = Callable[[Iterable[Any]], Iterator[dict[str, pa.Table]]]
 

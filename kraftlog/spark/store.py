@@ -44,7 +44,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.commits import CommitMarks
 from kraftlog.config import Config
-from kraftlog.errors import KraftlogError, UsageError
+from kraftlog.errors import KraftlogError, NotBuilt, UsageError
 from kraftlog.lease import Lease
 from kraftlog.planning import pack
 from kraftlog.spark.inputs import FileGroups, FileSpec
@@ -741,6 +741,14 @@ def check_warehouse(storage: Storage, warehouse: str) -> None:
         shown = ", ".join(sorted(entries)[:5]) + (" ..." if len(entries) > 5 else "")
         raise NotAWarehouseError(f"{warehouse} is not a kraftlog warehouse: it holds {shown} and none of kraftlog's "
                                  "tables; choose a new or empty directory")
+
+
+def require_landed(store: TableStore) -> None:
+    """Raise ``NotBuilt`` where nothing ever landed in ``store``'s warehouse (it has no ``files`` table, the ledger
+    every ingest commits): what reads the landed tables (``reconstruct``, ``verify``, ``analyze``, ``maintain``)
+    says so before it takes the warehouse's lease, which would make the folder of a mistyped warehouse."""
+    if not store.storage.is_dir(join(store.path(catalog()["files"]), "_delta_log")):
+        raise NotBuilt(f"nothing landed under {store.warehouse}: run `kraftlog ingest` first")
 
 
 @contextmanager
