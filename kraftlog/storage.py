@@ -38,6 +38,10 @@ class StorageError(KraftlogError, OSError):
     """A path that cannot be reached, named with the reason."""
 
 
+class NotADirectory(StorageError, NotADirectoryError):
+    """A file listed as a directory."""
+
+
 def normalize(path: str) -> str:
     """The URI kraftlog names ``path`` by: ``s3a://b/k`` -> ``s3://b/k``; ``/x``, ``file:///x`` -> ``file:/x``."""
     for alias in _S3_ALIASES:
@@ -139,11 +143,17 @@ class Storage:
                             for e in local_lister(local_path(uri))]
                 except FileNotFoundError as e:
                     raise StorageError(f"{uri}: no such directory") from e
+                except NotADirectoryError as e:
+                    raise NotADirectory(f"{uri}: a file, not a directory") from e
             filesystem, base = self.filesystem(uri)
             prefix = uri[: len(uri) - len(uri.split("://", 1)[1])]  # "s3://"
             infos = filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True))
-            if not infos and filesystem.get_file_info(base).type == pafs.FileType.NotFound:
-                raise StorageError(f"{uri}: no such directory")
+            if not infos:  # (an object store lists an object's own key as an empty folder)
+                found = filesystem.get_file_info(base).type
+                if found == pafs.FileType.NotFound:
+                    raise StorageError(f"{uri}: no such directory")
+                if found == pafs.FileType.File:
+                    raise NotADirectory(f"{uri}: a file, not a directory")
             return [Entry(prefix + i.path, i.base_name, i.type == pafs.FileType.Directory,
                           int(i.size or 0) if i.type == pafs.FileType.File else 0,
                           int(i.mtime_ns // 1_000_000) if i.mtime_ns is not None else 0) for i in infos]

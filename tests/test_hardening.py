@@ -227,6 +227,11 @@ def test_ingest_of_a_missing_path_or_an_input_without_data_fails_before_spark(
     (tmp_path / "empty" / "sub").mkdir(parents=True)
     nothing = CliRunner().invoke(main, ["ingest", str(tmp_path / "empty"), "--warehouse", wh])
     assert nothing.exit_code == 1 and "no KRaft data directory" in nothing.output and "empty" in nothing.output
+    segment = _segment()  # a file given where a data directory goes: one line, no traceback (NotADirectoryError)
+    a_file = CliRunner().invoke(main, ["ingest", str(segment), "--warehouse", wh])
+    assert a_file.exit_code == 1 and isinstance(a_file.exception, SystemExit), a_file.output
+    assert f"file:{segment}: a file, not a directory" in a_file.output and "kraftlog dump" in a_file.output
+    assert not (tmp_path / "wh").exists()
 
 
 def test_a_directory_that_is_not_a_warehouse_is_never_written_into(tmp_path: Path,
@@ -319,6 +324,34 @@ def test_allow_empty_accepts_an_input_without_data(spark, tmp_path: Path) -> Non
     for command, said in (("reconstruct", "0 cluster(s) replayed"), ("analyze", "0 event rows written")):
         after = CliRunner().invoke(main, [command, "--warehouse", str(tmp_path / "wh")])
         assert after.exit_code == 0 and said in after.output, after.output
+
+
+@pytest.mark.spark
+def test_a_cluster_named_that_never_landed_is_an_error_naming_those_that_did(spark: Any, sample: Any) -> None:
+    """``reconstruct``, ``analyze`` and ``verify`` of ``--cluster`` names that name no landed cluster (a typo) fail
+    naming the landed ones, as ``state`` and ``report`` do: they used to end in "0 cluster(s) replayed" as if all
+    were done. A cluster is named by its id, or the part after ``source:``, as everywhere."""
+    from click.testing import CliRunner
+
+    from kraftlog.cli import main
+    from kraftlog.config import Config
+    from kraftlog.errors import ClusterNotFound
+    from kraftlog.spark.history import landed
+    from kraftlog.spark.landed import named_clusters
+    from kraftlog.spark.store import store_for
+    from kraftlog.spark.verify import verify_tables
+
+    wh, _ = sample
+    for command in ("reconstruct", "analyze"):
+        result = CliRunner().invoke(main, [command, "--warehouse", str(wh), "--cluster", "T4vFxmI9"])
+        assert result.exit_code == 1 and result.output.strip().splitlines()[-1] == (
+            "Error: cluster 'T4vFxmI9' not found; known: T4vFxmI9RFCnFwCmltnwag"), (command, result.output)
+    config = Config.load(warehouse={"path": str(wh)})
+    with pytest.raises(ClusterNotFound, match="'nope' not found; known: T4vFxmI9RFCnFwCmltnwag"):
+        verify_tables(spark, config, clusters=["nope"])
+    table = landed(store_for(spark, config))
+    assert named_clusters(table, ["T4vFxmI9RFCnFwCmltnwag", "T4vFxmI9RFCnFwCmltnwag"]) == ["T4vFxmI9RFCnFwCmltnwag"]
+    assert named_clusters(table, None) is None
 
 
 @pytest.mark.spark

@@ -119,16 +119,19 @@ def test_a_read_is_one_get_and_a_delete_one_request(s3: dict[str, str], moto_dir
 
 def test_a_warehouse_on_s3_is_checked_as_a_local_one_is(s3: dict[str, str]) -> None:
     """check_warehouse on S3: nothing under the prefix, a new warehouse; an object at the warehouse's own key (S3
-    lists it as an empty folder) refused as a local file is; other things under it refused, named; kraftlog's
-    tables under it, a warehouse."""
+    lists it as an empty folder) refused as a local file is (and as an input); other things under it refused, named;
+    kraftlog's tables under it, a warehouse."""
     from kraftlog.spark.store import NotAWarehouseError, check_warehouse
     from kraftlog.storage import Storage
+    from kraftlog.wire.discover import NoInputError, find_data_dirs
 
     storage = Storage.from_environment(environ=s3)
     check_warehouse(storage, "s3://kraftlog/check/new")
     storage.write_bytes("s3://kraftlog/check/file", b"x")
     with pytest.raises(NotAWarehouseError, match="a file, not a directory"):
         check_warehouse(storage, "s3://kraftlog/check/file")
+    with pytest.raises(NoInputError, match="s3://kraftlog/check/file: a file, not a directory"):  # (an input, too)
+        find_data_dirs(["s3://kraftlog/check/file"], storage.lister())
     storage.write_bytes("s3://kraftlog/check/other/q3.csv", b"a,b\n")
     with pytest.raises(NotAWarehouseError, match=r"q3\.csv"):
         check_warehouse(storage, "s3://kraftlog/check/other")

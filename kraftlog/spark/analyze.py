@@ -77,6 +77,7 @@ from kraftlog.spark.landed import (
     landing_runs,
     ledger_marks,
     log_ends,
+    named_clusters,
     state_records,
 )
 from kraftlog.spark.predicates import (
@@ -741,6 +742,7 @@ def analyze(spark: SparkSession, config: Config, store: TableStore | None = None
     histories went on go on from their last analysis; ``full`` rebuilds every cluster's events."""
     store = store or store_for(spark, config)
     require_landed(store)
+    clusters = named_clusters(landed(store), clusters)
     build_id = new_run_id()
     with writing(store, config, build_id, "analyze"):
         built_clusters(store)  # a clear error when there are no histories yet

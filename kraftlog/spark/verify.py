@@ -39,6 +39,7 @@ from kraftlog.spark.history import (
     read_histories,
 )
 from kraftlog.spark.increments import plan_build
+from kraftlog.spark.landed import named_clusters
 from kraftlog.spark.predicates import cluster_predicate, of_clusters
 from kraftlog.spark.replay import replay
 from kraftlog.spark.session import local_frame
@@ -58,6 +59,7 @@ def verify_tables(spark: SparkSession, config: Config, store: TableStore | None 
     back is found only so)."""
     store = store or store_for(spark, config)
     require_landed(store)
+    clusters = named_clusters(landed(store), clusters)
     build_id = new_run_id()
     with writing(store, config, build_id, "verify"):
         source = landed(store)

@@ -130,8 +130,13 @@ class NoInputError(KraftlogError):
 
 
 def find_data_dirs(roots: list[str], lister: Lister = local_lister, allow_empty: bool = False) -> list[DataDir]:
-    """``scan``, and a ``NoInputError`` naming the roots when they hold no data directory (unless ``allow_empty``)."""
-    dirs = scan(roots, lister)
+    """``scan``, and a ``NoInputError`` naming the roots when they hold no data directory (unless ``allow_empty``), or
+    one of them is a file."""
+    try:
+        dirs = scan(roots, lister)
+    except NotADirectoryError as e:  # (a root: what a root holds is listed as files or folders)
+        raise NoInputError(f"{e}: the inputs are KRaft data directories (folders holding {METADATA_DIR}, or folders "
+                           "above them); `kraftlog dump` prints a file") from e
     if not dirs and not allow_empty:
         raise NoInputError(f"no KRaft data directory (a folder holding {METADATA_DIR}) under {', '.join(roots)}")
     return dirs
