@@ -336,9 +336,7 @@ def test_a_cluster_named_that_never_landed_is_an_error_naming_those_that_did(spa
     from kraftlog.cli import main
     from kraftlog.config import Config
     from kraftlog.errors import ClusterNotFound
-    from kraftlog.spark.history import landed
-    from kraftlog.spark.landed import named_clusters
-    from kraftlog.spark.store import store_for
+    from kraftlog.spark.store import landed_clusters, store_for
     from kraftlog.spark.verify import verify_tables
 
     wh, _ = sample
@@ -349,9 +347,9 @@ def test_a_cluster_named_that_never_landed_is_an_error_naming_those_that_did(spa
     config = Config.load(warehouse={"path": str(wh)})
     with pytest.raises(ClusterNotFound, match="'nope' not found; known: T4vFxmI9RFCnFwCmltnwag"):
         verify_tables(spark, config, clusters=["nope"])
-    table = landed(store_for(spark, config))
-    assert named_clusters(table, ["T4vFxmI9RFCnFwCmltnwag", "T4vFxmI9RFCnFwCmltnwag"]) == ["T4vFxmI9RFCnFwCmltnwag"]
-    assert named_clusters(table, None) is None
+    store = store_for(spark, config)
+    assert landed_clusters(store, ["T4vFxmI9RFCnFwCmltnwag"] * 2) == ["T4vFxmI9RFCnFwCmltnwag"]
+    assert landed_clusters(store, None) is None
 
 
 @pytest.mark.spark

@@ -77,7 +77,6 @@ from kraftlog.spark.landed import (
     landing_runs,
     ledger_marks,
     log_ends,
-    named_clusters,
     state_records,
 )
 from kraftlog.spark.predicates import (
@@ -89,7 +88,7 @@ from kraftlog.spark.predicates import (
     only_topics,
 )
 from kraftlog.spark.session import JobThreads, interpreted, local_frame
-from kraftlog.spark.store import Landing, TableStore, new_run_id, require_landed, store_for, writing
+from kraftlog.spark.store import Landing, TableStore, landed_clusters, new_run_id, store_for, writing
 from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
 from kraftlog.state.replay import TopicsRead
 from kraftlog.tables.definitions import TableDef, catalog
@@ -741,8 +740,7 @@ def analyze(spark: SparkSession, config: Config, store: TableStore | None = None
     """Bring the event tables up to date with the histories (run ``reconstruct`` first): clusters whose
     histories went on go on from their last analysis; ``full`` rebuilds every cluster's events."""
     store = store or store_for(spark, config)
-    require_landed(store)
-    clusters = named_clusters(landed(store), clusters)
+    clusters = landed_clusters(store, clusters)
     build_id = new_run_id()
     with writing(store, config, build_id, "analyze"):
         built_clusters(store)  # a clear error when there are no histories yet

@@ -33,12 +33,11 @@ from kraftlog.lease import DEFAULT_TTL_S
 from kraftlog.points import ANY, GREATEST, LEAST, Ask, Records, check_in_log, last_offsets_at
 from kraftlog.spark.bases import ClusterBase, LandedTables, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
 from kraftlog.spark.increments import Plan, last_builds, plan_build, state_table_rows
-from kraftlog.spark.landed import named_clusters
 from kraftlog.spark.predicates import SQL_TERMS, of_clusters, sql_literal
 from kraftlog.spark.replay import replay
 from kraftlog.spark.session import interpreted, local_frame
 from kraftlog.spark.staging import StagedFile
-from kraftlog.spark.store import TableStore, new_run_id, require_landed, store_for, writing
+from kraftlog.spark.store import TableStore, landed_clusters, new_run_id, store_for, writing
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table, replay_state_table, replay_tables
 from kraftlog.state.local import Difference
 from kraftlog.state.replay import Change, Image
@@ -111,8 +110,7 @@ def reconstruct(spark: SparkSession, config: Config, store: TableStore | None = 
     where the last build stopped, changed ones are replayed from their base (``kraftlog.spark.increments``);
     ``full`` replays every cluster from its base."""
     store = store or store_for(spark, config)
-    require_landed(store)
-    clusters = named_clusters(landed(store), clusters)
+    clusters = landed_clusters(store, clusters)
     build_id = new_run_id()
     with writing(store, config, build_id, RECONSTRUCT):
         return _reconstruct(spark, store, build_id, clusters, full, config.interpreted_below)

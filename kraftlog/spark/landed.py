@@ -21,7 +21,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.events import NO_OP, snapshot_times
-from kraftlog.identity import choose_cluster
 from kraftlog.spark.bases import TableSource
 from kraftlog.spark.predicates import Scope, of_clusters
 from kraftlog.spark.session import local_frame
@@ -163,16 +162,6 @@ def state_records(table: TableSource, since: Mapping[str, str], whole: list[str]
     return (records if upto is None or upto > INT_MAX else records.limit(upto)).count()
 
 
-def named_clusters(table: TableSource, clusters: list[str] | None) -> list[str] | None:
-    """The landed clusters ``clusters`` name, each by its id or the part after ``source:``
-    (``kraftlog.identity.choose_cluster``); a ``ClusterNotFound`` naming the landed ones for a name that names none
-    (a run of a mistyped cluster does not end in "0 clusters" as if all were done). None: every cluster."""
-    if clusters is None:
-        return None
-    known = sorted(r["cluster_id"] for r in table("files").select("cluster_id").distinct().collect())
-    return list(dict.fromkeys(choose_cluster(known, c) for c in clusters))
-
-
 def log_ends(table: TableSource, clusters: list[str]) -> dict[str, int]:
     """Per cluster of ``clusters``, its greatest landed log offset."""
     if not clusters:
@@ -183,4 +172,4 @@ def log_ends(table: TableSource, clusters: list[str]) -> dict[str, int]:
 
 
 __all__ = ["Landed", "Ledger", "Mark", "landed_after", "landed_since", "landing_runs", "ledger_marks",
-           "log_ends", "named_clusters", "state_records"]
+           "log_ends", "state_records"]

@@ -3,7 +3,7 @@ them, the driver commits them: ``kraftlog.spark.store``), each with the Delta st
 
 Every file is zstd-compressed, dictionary-encoded on its string columns but free text (``dictionary_columns``), and
 carries numRecords, nullCount and min/max of every filterable top-level column, timestamps included
-(``file_stats``): a query filtered on a cluster, an offset or a time reads only the files whose bounds admit it.
+(``file_stats``): a reader filtering on a cluster, an offset or a time skips the files whose bounds rule it out.
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from kraftlog.commits import CommitMarks
 from kraftlog.config import Config
 from kraftlog.errors import KraftlogError, NotBuilt, UsageError
+from kraftlog.identity import choose_cluster
 from kraftlog.lease import Lease
 from kraftlog.planning import pack
 from kraftlog.spark.inputs import FileGroups, FileSpec
@@ -749,6 +750,18 @@ def require_landed(store: TableStore) -> None:
     says so before it takes the warehouse's lease, which would make the folder of a mistyped warehouse."""
     if not store.storage.is_dir(join(store.path(catalog()["files"]), "_delta_log")):
         raise NotBuilt(f"nothing landed under {store.warehouse}: run `kraftlog ingest` first")
+
+
+def landed_clusters(store: TableStore, clusters: list[str] | None) -> list[str] | None:
+    """The clusters a run over what landed covers: those ``clusters`` name (None: every one), each by its id or the
+    part after ``source:`` (``kraftlog.identity.choose_cluster``). ``NotBuilt`` where nothing landed
+    (``require_landed``); ``ClusterNotFound``, naming the landed clusters, for a name that names none of them (a run
+    of a mistyped cluster does not end in "0 clusters" as if all were done)."""
+    require_landed(store)
+    if clusters is None:
+        return None
+    known = sorted(r["cluster_id"] for r in store.read(catalog()["files"]).select("cluster_id").distinct().collect())
+    return list(dict.fromkeys(choose_cluster(known, c) for c in clusters))
 
 
 @contextmanager

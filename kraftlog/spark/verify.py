@@ -39,11 +39,10 @@ from kraftlog.spark.history import (
     read_histories,
 )
 from kraftlog.spark.increments import plan_build
-from kraftlog.spark.landed import named_clusters
 from kraftlog.spark.predicates import cluster_predicate, of_clusters
 from kraftlog.spark.replay import replay
 from kraftlog.spark.session import local_frame
-from kraftlog.spark.store import TableStore, new_run_id, require_landed, store_for, writing
+from kraftlog.spark.store import TableStore, landed_clusters, new_run_id, store_for, writing
 from kraftlog.state.entities import snapshot_checks_table
 from kraftlog.state.local import Difference, SnapshotCheck, VerifyReport
 
@@ -58,8 +57,7 @@ def verify_tables(spark: SparkSession, config: Config, store: TableStore | None 
     docstring for what is replayed. ``full``: every snapshot checked again (a history row changed behind kraftlog's
     back is found only so)."""
     store = store or store_for(spark, config)
-    require_landed(store)
-    clusters = named_clusters(landed(store), clusters)
+    clusters = landed_clusters(store, clusters)
     build_id = new_run_id()
     with writing(store, config, build_id, "verify"):
         source = landed(store)
