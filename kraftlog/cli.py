@@ -83,6 +83,21 @@ def _one_cluster(paths: tuple[Path, ...], cluster: str | None, redact: bool):  #
 _PROFILE = click.option("--profile", "conf_file", type=click.Path(exists=True, dir_okay=False),
                         help="TOML profile (conf/local.toml, conf/cluster.toml); default: the embedded local profile.")
 
+def _known_kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """``--kind`` values that are entity kinds; another is a usage error naming the kinds (a typo would otherwise
+    print an empty state, or no change at all)."""
+    from kraftlog.state.entities import KINDS
+
+    known = [k.name for k in KINDS]
+    unknown = [v for v in value if v not in known]
+    if unknown:
+        raise click.BadParameter(f"{', '.join(map(repr, unknown))}: not an entity kind; the kinds: {', '.join(known)}")
+    return value
+
+
+_KINDS = click.option("--kind", "kinds", multiple=True, callback=_known_kinds,
+                      help="Only these entity kinds (brokers, partitions, ...).")
+
 _POINT = ("an offset, a time (2026-11-21T03:14:00Z, ms:<epoch millis>, now, or ago: -30m, -1h, -7d) "
           "or latest (the end)")
 
@@ -182,7 +197,7 @@ def _sources(f):  # type: ignore[no-untyped-def]
 @main.command()
 @_sources
 @click.option("--at", "point", help=f"Where in the log: {_POINT}. Default: the end.")
-@click.option("--kind", "kinds", multiple=True, help="Only these entity kinds (brokers, partitions, ...).")
+@_KINDS
 @click.option("--no-redact", is_flag=True, help="Show secrets (data directories only).")
 def state(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, cluster: str | None,
           point: str | None, kinds: tuple[str, ...], no_redact: bool) -> None:
@@ -204,7 +219,7 @@ def state(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None,
 @_sources
 @click.option("--from", "start", required=True, help=f"The earlier point: {_POINT}.")
 @click.option("--to", "end", help=f"The later point: {_POINT}. Default: the end.")
-@click.option("--kind", "kinds", multiple=True, help="Only these entity kinds.")
+@_KINDS
 def diff(paths: tuple[Path, ...], warehouse: str | None, conf_file: str | None, cluster: str | None, start: str,
          end: str | None, kinds: tuple[str, ...]) -> None:
     """What changed between two points of the log: one JSON object per changed field."""

@@ -408,6 +408,16 @@ def test_cli_state_diff_shell_and_verify() -> None:
     assert out.exit_code == 0 and "with differences: 0" in out.output
 
 
+def test_a_kind_that_is_no_entity_kind_is_a_usage_error_naming_the_kinds() -> None:
+    """``--kind partitons`` (a typo) printed a state with no entities, and a diff with no change, as if nothing had
+    changed; it is a usage error now, naming every kind."""
+    runner = CliRunner()
+    for command in (["state", str(SAMPLE)], ["diff", str(SAMPLE), "--from", "0"]):
+        out = runner.invoke(main, [*command, "--kind", "brokers", "--kind", "partitons"])
+        assert out.exit_code == 2, out.output
+        assert "'partitons': not an entity kind; the kinds: brokers, controllers, topics, partitions" in out.output
+
+
 def test_cli_verify_exits_one_when_a_snapshot_differs(tmp_path: Path) -> None:
     import shutil
 
