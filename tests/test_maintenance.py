@@ -96,6 +96,33 @@ def test_maintain_compacts_and_vacuums_without_changing_a_row(spark: Any, sample
     assert "new rows 0" in _cli("ingest", str(SAMPLE), "--warehouse", str(wh))
 
 
+def test_a_retention_is_hours_of_0_or_more_and_keeps_what_a_fraction_of_an_hour_asks(spark: Any, sample_events: Any,
+                                                                                    tmp_path: Path) -> None:
+    """``--retention-hours`` below 0 or NaN fail in one line before anything is compacted (they ended in delta-rs'
+    ValueError, or int()'s, after the first table was); a fraction of an hour is rounded up, not down: 0.5 keeps the
+    files compaction just left unreferenced (rounded down to 0, as before, it removed them)."""
+    from deltalake import DeltaTable
+
+    from kraftlog.cli import main
+
+    source, _ = sample_events
+    wh = tmp_path / "wh"
+    shutil.copytree(source, wh)
+    versions = {n: DeltaTable(str(wh / n)).version() for n in tables(wh)}
+    for bad in ("-5", "nan"):
+        out = CliRunner().invoke(main, ["maintain", "--warehouse", str(wh), "--retention-hours", bad])
+        assert out.exit_code == 1 and out.output.strip().splitlines()[-1] == (
+            f"Error: retention of {float(bad)} hours: a number of hours, 0 or more"), out.output
+    assert {n: DeltaTable(str(wh / n)).version() for n in tables(wh)} == versions  # nothing compacted
+    most = max(tables(wh), key=lambda n: len(DeltaTable(str(wh / n)).file_uris()))
+    written = {p.name for p in (wh / most).glob("*.parquet")}
+    assert len(written) > 1, most  # something to compact
+    out = _cli("maintain", "--warehouse", str(wh), "--retention-hours", "0.5")
+    assert "vacuumed 0," in out, out
+    assert len(DeltaTable(str(wh / most)).file_uris()) < len(written), most  # compacted ...
+    assert written < {p.name for p in (wh / most).glob("*.parquet")}, most  # ... and the files it replaced kept
+
+
 def test_compaction_keeps_a_fleets_tables_clustered_by_cluster_and_time(spark: Any, tmp_path: Path,
                                                                        monkeypatch: Any) -> None:
     """Runs land cluster A's first part, cluster B, then the rest of A: maintain leaves each file's rows sorted by

@@ -20,6 +20,7 @@ its latest version (the next run reads it and no commit), and log entries past D
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kraftlog.config import Config
+from kraftlog.errors import UsageError
 from kraftlog.spark.staging import StreamingWriter
 from kraftlog.spark.store import TableStore, new_run_id, require_landed, warehouse_tables, writing
 from kraftlog.tables.definitions import TableDef
@@ -146,9 +148,13 @@ def checkpoint(dt: Any, table: TableDef) -> None:
 
 def maintain(store: TableStore, config: Config, z_order: bool = False, vacuum: bool = True,
              retention_hours: float = DEFAULT_RETENTION_HOURS, target: int = TARGET_FILE_BYTES) -> MaintainResult:
-    """Compact (clustered, or z-order) and vacuum every table of ``store``'s warehouse, under its lease."""
+    """Compact (clustered, or z-order) and vacuum every table of ``store``'s warehouse, under its lease. Vacuum keeps
+    the files unreferenced for less than ``retention_hours``, rounded up to a whole hour (delta-rs counts whole
+    hours: rounded down, 1.5 would remove files unreferenced for an hour and a quarter)."""
     from deltalake import WriterProperties
 
+    if not 0 <= retention_hours < math.inf:  # (NaN too)
+        raise UsageError(f"retention of {retention_hours} hours: a number of hours, 0 or more")
     require_landed(store)
     run_id = new_run_id()
     result = MaintainResult(run_id)
@@ -170,7 +176,7 @@ def maintain(store: TableStore, config: Config, z_order: bool = False, vacuum: b
                 done = _counts(dt.optimize.compact(target_size=target, writer_properties=writer))
             if vacuum:
                 dt.update_incremental()  # the compaction's commit
-            vacuumed = dt.vacuum(retention_hours=int(retention_hours), dry_run=False,
+            vacuumed = dt.vacuum(retention_hours=math.ceil(retention_hours), dry_run=False,
                                  enforce_retention_duration=False) if vacuum else []
             checkpoint(dt, table)
             result.tables[table.name] = {**done, "vacuumed": len(vacuumed)}
