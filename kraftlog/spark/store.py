@@ -60,7 +60,7 @@ from kraftlog.spark.staging import (
     stage_partition,
     write_parquet,
 )
-from kraftlog.storage import Storage, is_local, join, normalize, scheme
+from kraftlog.storage import NotADirectory, Storage, is_local, join, normalize, scheme
 from kraftlog.tables.definitions import TableDef, catalog
 from kraftlog.wire.discover import Entry
 
@@ -719,14 +719,16 @@ def check_warehouse(storage: Storage, warehouse: str) -> None:
     """Raise ``NotAWarehouseError`` when ``warehouse`` is a file, or exists, holds something, and none of it is
     kraftlog's.
 
-    Where the listing finds nothing, one look at what the path is: not found, a new warehouse; a file (a local one
-    fails to list; an object store lists an object's key as an empty folder), refused; a directory, made by another
-    run's lease since a listing that failed, listed again (not taken for a file)."""
+    A file is refused as the listing tells it (``kraftlog.storage.NotADirectory``, local or an object's key). Where
+    the listing finds nothing, one look at what the path is: not found, a new warehouse; a directory, made by another
+    run's lease since a listing that failed, listed again (not taken for a file); a file made since, refused."""
     uri = normalize(warehouse)
     listed: list[Entry] | None
     try:
         listed = storage.lister()(uri)
-    except OSError:  # (no such directory, or not a directory)
+    except NotADirectory as e:
+        raise NotAWarehouseError(f"{warehouse}: a file, not a directory, so not a kraftlog warehouse") from e
+    except OSError:  # (no such directory)
         listed = None
     if not listed:
         found = storage.file_type(uri)
