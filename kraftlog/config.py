@@ -12,7 +12,9 @@ directory under the input root), ``{root}`` (the input root's own name) and ``{d
 from __future__ import annotations
 
 import copy
+import math
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,9 +78,26 @@ DEFAULTS: dict[str, Any] = {
     "storage": {},
 }
 
+WRITERS = ("auto", "delta-rs", "delta-spark")
+_LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
+
+# what a value must be, beyond its type (a wrong one fails at load, naming the file and the key, not in the middle
+# of a run: an empty warehouse path is the working directory, a lease that lasts 0 s lets two runs write at once)
+_VALUES: dict[tuple[str, ...], tuple[Callable[[Any], bool], str]] = {
+    ("spark", "master"): (lambda v: v.strip() != "", "a Spark master URL, not empty"),
+    ("spark", "log_level"): (lambda v: v.upper() in _LOG_LEVELS, f"one of {', '.join(_LOG_LEVELS)}"),
+    ("spark", "interpreted_below"): (lambda v: v >= 0, "0 or more records"),
+    ("warehouse", "path"): (lambda v: v.strip() != "", "a path or a URI, not empty"),
+    ("warehouse", "writer"): (lambda v: v in WRITERS, f"one of {', '.join(WRITERS)}"),
+    ("warehouse", "lease_wait_seconds"): (lambda v: v >= 0, "0 or more seconds (inf: wait for as long as it takes)"),
+    ("warehouse", "lease_ttl_seconds"): (lambda v: 0 < v < math.inf, "more than 0 seconds, finite"),
+    ("identity", "cluster"): (lambda v: v.strip() != "", "a name template, not empty"),
+    ("identity", "node"): (lambda v: v.strip() != "", "a name template, not empty"),
+}
+
 # where a profile may hold tables of its own choosing (Spark conf keys, storage options)
 _FREE_FORM = {("spark", "conf"), ("storage",)}
-_OVERRIDE_KEYS = {"prefix", "cluster", "node"}
+_OVERRIDE: dict[str, type] = {"prefix": str, "cluster": str, "node": int}
 
 
 class ProfileError(KraftlogError, ValueError):
@@ -102,13 +121,22 @@ def _check(data: dict[str, Any], spec: dict[str, Any], where: tuple[str, ...], s
             if not isinstance(value, list) or not all(isinstance(o, dict) for o in value):
                 raise ProfileError(f"{source}: {name} must be an array of tables")
             for o in value:
-                for k in o:
-                    if k not in _OVERRIDE_KEYS:
+                for k, v in o.items():
+                    if k not in _OVERRIDE:
                         raise ProfileError(f"{source}: unknown key {name}.{k!r} (known here: "
-                                           f"{', '.join(sorted(_OVERRIDE_KEYS))})")
+                                           f"{', '.join(sorted(_OVERRIDE))})")
+                    if not isinstance(v, _OVERRIDE[k]) or isinstance(v, bool):
+                        raise ProfileError(f"{source}: {name}.{k} must be {_OVERRIDE[k].__name__}, not {v!r}")
+                if not str(o.get("prefix", "")).strip():
+                    raise ProfileError(f"{source}: each {name} needs a prefix (the data directories it names), "
+                                       f"not {o!r}")
         elif expected is not None and not isinstance(value, type(expected)) and not (
                 isinstance(expected, float) and isinstance(value, int)):
             raise ProfileError(f"{source}: {name} must be {type(expected).__name__}, not {value!r}")
+        elif (*where, key) in _VALUES:
+            holds, what = _VALUES[(*where, key)]
+            if not holds(value):  # (NaN holds no comparison: it fails each rule on a number)
+                raise ProfileError(f"{source}: {name} must be {what}, not {value!r}")
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ def resolve_identity(dd: DataDir, meta: MetaProperties | None, config: Config) -
     problem = None if meta is None or meta.problem is None else \
         f"{dd.meta_properties.path if dd.meta_properties else dd.root}: {meta.problem}"
     for o in config.overrides:
-        if _norm(dd.root).startswith(_norm(o.prefix)):
+        if _under(dd.root, o.prefix):
             cluster = o.cluster or cluster
             node = o.node if o.node is not None else node
             problem = None  # named by the operator
@@ -57,9 +57,11 @@ def _fill(template: str, values: dict[str, str]) -> str:
     return out
 
 
-def _norm(path: str) -> str:
-    """Compare paths as URIs: local ones with or without ``file:``, ``s3a://`` as ``s3://``."""
-    return normalize(path)
+def _under(path: str, prefix: str) -> bool:
+    """``path`` is ``prefix`` or inside it, compared as URIs (local paths with or without ``file:``, ``s3a://`` as
+    ``s3://``) and by whole names: ``/archive/eu`` holds ``/archive/eu/node-1``, not ``/archive/eu2``."""
+    path, prefix = normalize(path).rstrip("/"), normalize(prefix).rstrip("/")
+    return path == prefix or path.startswith(prefix + "/")
 
 
 def choose_cluster(known: list[str], cluster: str | None) -> str:

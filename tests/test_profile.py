@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,37 @@ def test_a_wrong_type_is_an_error(tmp_path: Path) -> None:
     path.write_text("[warehouse]\nlease_wait_seconds = 'soon'\n")
     with pytest.raises(ProfileError, match="lease_wait_seconds must be float"):
         Config.load(path)
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("[warehouse]\npath = ''\n", "warehouse.path must be a path or a URI, not empty"),
+    ("[warehouse]\nwriter = 'delta_rs'\n", "warehouse.writer must be one of auto, delta-rs, delta-spark"),
+    ("[warehouse]\nlease_ttl_seconds = 0\n", "warehouse.lease_ttl_seconds must be more than 0 seconds"),
+    ("[warehouse]\nlease_ttl_seconds = inf\n", "warehouse.lease_ttl_seconds must be more than 0 seconds"),
+    ("[warehouse]\nlease_wait_seconds = -1\n", "warehouse.lease_wait_seconds must be 0 or more seconds"),
+    ("[warehouse]\nlease_wait_seconds = nan\n", "warehouse.lease_wait_seconds must be 0 or more seconds"),
+    ("[spark]\ninterpreted_below = -1\n", "spark.interpreted_below must be 0 or more records"),
+    ("[spark]\nlog_level = 'LOUD'\n", "spark.log_level must be one of ALL, TRACE"),
+    ("[spark]\nmaster = ' '\n", "spark.master must be a Spark master URL, not empty"),
+    ("[identity]\ncluster = ''\n", "identity.cluster must be a name template, not empty"),
+    ("[[identity.override]]\nprefix = '/d/1'\nnode = '1'\n", "identity.override.node must be int, not '1'"),
+    ("[[identity.override]]\ncluster = 'a'\n", "each identity.override needs a prefix"),
+])
+def test_a_value_that_cannot_work_is_an_error_at_load_naming_the_key(tmp_path: Path, text: str, says: str) -> None:
+    """Values of the right type that would fail in the middle of a run, or do harm: an empty warehouse path (the
+    working directory), a lease that lasts 0 s (two runs writing at once)."""
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(ProfileError, match=re.escape(f"{path}: {says}")):
+        Config.load(path)
+
+
+def test_the_edges_of_the_values_load(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text("[spark]\nlog_level = 'error'\ninterpreted_below = 0\n"
+                    "[warehouse]\nlease_wait_seconds = inf\nlease_ttl_seconds = 0.5\nwriter = 'delta-spark'\n")
+    config = Config.load(path)
+    assert (config.lease_wait_seconds, config.lease_ttl_seconds, config.interpreted_below) == (math.inf, 0.5, 0)
 
 
 def test_storage_options_come_from_the_environment_and_the_profile_wins(tmp_path: Path) -> None:
@@ -143,3 +176,29 @@ def test_a_small_run_cuts_its_shuffles_into_no_more_parts_than_task_slots(spark:
             assert not small
     finally:
         spark.conf.set(SHUFFLE_PARTS, own)
+
+
+def test_an_override_names_the_data_directories_under_its_prefix(tmp_path: Path) -> None:
+    """``[[identity.override]]``: a data directory under the prefix (by whole names, as a URI) takes the override's
+    cluster and node; one whose name only starts the same way keeps the template's."""
+    from kraftlog.identity import resolve_identity
+    from kraftlog.wire.discover import DataDir
+    from kraftlog.wire.files import MetaProperties
+
+    path = tmp_path / "p.toml"
+    path.write_text("[identity]\ncluster = '{top}'\n"
+                    "[[identity.override]]\nprefix = 's3a://archive/eu'\ncluster = 'eu-legacy'\n"
+                    "[[identity.override]]\nprefix = '/data/old/'\nnode = 7\n")
+    config = Config.load(path)
+    meta = MetaProperties("MkU3OEVBNTcwNTJENDM2Qk", 1, None, 1, {})
+
+    def named(root: str, input_root: str) -> tuple[str, int | None]:
+        ident = resolve_identity(DataDir(input_root, root, root + "/__cluster_metadata-0"), meta, config)
+        return ident.cluster_id, ident.node_id
+
+    assert named("s3://archive/eu/node-1", "s3://archive") == ("eu-legacy", 1)
+    assert named("s3://archive/eu", "s3://archive") == ("eu-legacy", 1)
+    assert named("s3://archive/eu2/node-1", "s3://archive") == ("eu2", 1)
+    assert named("/data/old/n1", "/data") == ("old", 7)
+    assert named("file:/data/old/n1", "file:/data") == ("old", 7)
+    assert named("/data/older/n1", "/data") == ("older", 1)

@@ -43,7 +43,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.commits import CommitMarks
-from kraftlog.config import Config
+from kraftlog.config import WRITERS, Config
 from kraftlog.errors import KraftlogError, NotBuilt, UsageError
 from kraftlog.identity import choose_cluster
 from kraftlog.lease import Lease
@@ -677,8 +677,8 @@ def open_store(spark: SparkSession, warehouse: str, writer: str = "auto",
             raise RuntimeError("writer = delta-spark, but io.delta classes are not on the Spark classpath "
                                "(add the delta-spark jar, e.g. spark.jars.packages=io.delta:delta-spark_2.13:<v>)")
         return DeltaSparkStore(spark, warehouse, after_commit, storage)
-    if writer not in ("auto", "delta-rs"):
-        raise UsageError(f"unknown writer {writer!r}: auto, delta-rs or delta-spark")
+    if writer not in WRITERS:
+        raise UsageError(f"unknown writer {writer!r}: one of {', '.join(WRITERS)}")
     return DeltaRsStore(spark, warehouse, after_commit, storage)
 
 
