@@ -75,8 +75,6 @@ def _one_cluster(paths: tuple[Path, ...], cluster: str | None, redact: bool):  #
     from kraftlog.state.local import load_clusters
 
     clusters = {c.cluster_id: c for c in load_clusters(paths, redact=redact)}
-    if not clusters:
-        raise click.ClickException("no KRaft data directory (holding __cluster_metadata-0) under the given paths")
     return clusters[choose_cluster(sorted(clusters), cluster)]
 
 

@@ -234,6 +234,27 @@ def test_ingest_of_a_missing_path_or_an_input_without_data_fails_before_spark(
     assert not (tmp_path / "wh").exists()
 
 
+@pytest.mark.parametrize("command", [["verify"], ["state"], ["diff", "--from", "0"], ["shell", "--path", "/"]])
+def test_the_local_commands_name_a_path_without_data_or_a_file_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
+    """verify, state, diff and shell on data directories: an input that holds none (a mistyped folder: verify said
+    "snapshots checked: 0" and exit status 0) or is a file (a traceback) fails in one line naming it."""
+    from click.testing import CliRunner
+
+    from kraftlog.cli import main
+
+    _no_spark(monkeypatch)
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    nothing = CliRunner().invoke(main, [*command, str(need(SCENARIO_A / "node-2")), str(tmp_path / "empty")])
+    assert nothing.exit_code == 1 and isinstance(nothing.exception, SystemExit), nothing.output
+    assert f"no KRaft data directory (a folder holding __cluster_metadata-0) under {tmp_path / 'empty'}" in \
+        nothing.output
+    segment = _segment()
+    a_file = CliRunner().invoke(main, [*command, str(segment)])
+    assert a_file.exit_code == 1 and isinstance(a_file.exception, SystemExit), a_file.output
+    assert f"{segment}: a file, not a directory" in a_file.output and "kraftlog dump" in a_file.output
+
+
 def test_a_directory_that_is_not_a_warehouse_is_never_written_into(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner

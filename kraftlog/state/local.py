@@ -28,7 +28,7 @@ from kraftlog.state.entities import KINDS
 from kraftlog.state.replay import Change, Event, Image, Replayer
 from kraftlog.tables.copies import SNAPSHOT_COPY_ORDER, copy_rank
 from kraftlog.tables.rows import CORRUPT_BATCH, value_hash
-from kraftlog.wire.discover import DataDir, scan
+from kraftlog.wire.discover import DataDir, find_data_dirs
 from kraftlog.wire.files import BOOTSTRAP, SEGMENT, parse_meta_properties, read_file
 from kraftlog.wire.messages import Decoded
 from kraftlog.wire.redact import Redactor, default_redactor
@@ -97,14 +97,15 @@ def load_clusters(paths: Iterable[str | Path], redact: bool = True) -> list[Clus
     """Every cluster found under ``paths`` (data directories, or folders above them).
 
     Data directories are grouped by ``meta.properties`` cluster.id within each path: unrelated
-    deployments often share a tutorial's cluster id, so two paths are never merged.
+    deployments often share a tutorial's cluster id, so two paths are never merged. A path that holds no data
+    directory, or is a file, is a ``NoInputError`` naming it (a mistyped path is not an empty cluster).
     """
     redactor: Redactor | Callable[[Decoded], Decoded] = default_redactor() if redact else (lambda d: d)
     clusters: dict[str, ClusterLog] = {}
     best: dict[str, dict[int, tuple[tuple[Any, ...], Event]]] = {}
     snapshot_rank: dict[tuple[str, str], tuple[Any, ...]] = {}
     roots = [str(p) for p in paths]
-    dirs: list[tuple[str, DataDir]] = [(p, dd) for p in roots for dd in scan([p])]
+    dirs: list[tuple[str, DataDir]] = [(p, dd) for p in roots for dd in find_data_dirs([p])]
     for root, dd in dirs:
         meta = parse_meta_properties(Path(dd.meta_properties.path).read_text()) if dd.meta_properties else None
         cluster_id = (meta.cluster_id if meta else None) or dd.root

@@ -46,8 +46,10 @@ def local_lister(path: str) -> list[Entry]:
     out: list[Entry] = []
     try:
         it = os.scandir(path)
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError:
         raise
+    except NotADirectoryError as not_dir:  # (worded as the object stores' listers word it: kraftlog.storage)
+        raise NotADirectoryError(f"{path}: a file, not a directory") from not_dir
     except OSError as denied:  # no permission, ...
         log.warning("skipped %s: %s", path, denied.strerror)
         return out
