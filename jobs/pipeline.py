@@ -31,7 +31,7 @@ def _options(ap: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args, config, spark = job_arguments("Ingest, reconstruct, analyze (and verify, report) in one run", argv,
-                                        _options)
+                                        _options, check=lambda a: Period(a.start, a.end))  # (before Spark starts)
     roots = [root for arg in args.inputs for root in arg.split(",") if root]
     steps = Steps(args.verify, args.report_dir, Period(args.start, args.end), args.allow_empty)
     return 1 if run_pipeline(spark, config, roots, steps) else 0

@@ -35,7 +35,8 @@ def _options(ap: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, config, spark = job_arguments("Write kraftlog HTML reports", argv, _options)
+    args, config, spark = job_arguments("Write kraftlog HTML reports", argv, _options,
+                                        check=lambda a: Period(a.start, a.end))  # (before Spark starts)
     store = store_for(spark, config)
     period = Period(args.start, args.end)
 

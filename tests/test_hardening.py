@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import SCENARIO_A, need, with_peak
+from conftest import SCENARIO_A, load_job, need, with_peak
 from crc32c import crc32c
 
 from kraftlog.wire.batches import HEADER_SIZE, MAX_BATCH_SIZE_BYTES, Batch, iter_batches
@@ -253,6 +253,36 @@ def test_the_local_commands_name_a_path_without_data_or_a_file_in_one_line(
     a_file = CliRunner().invoke(main, [*command, str(segment)])
     assert a_file.exit_code == 1 and isinstance(a_file.exception, SystemExit), a_file.output
     assert f"{segment}: a file, not a directory" in a_file.output and "kraftlog dump" in a_file.output
+
+
+def test_a_period_that_ends_before_it_starts_is_a_usage_error_before_spark(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--from`` not before ``--to`` (a report of nothing, or of a swapped period) in the CLI's report and run and in
+    the jobs' report and pipeline: exit status 2 naming both ends, before Spark starts."""
+    from click.testing import CliRunner
+
+    from kraftlog.cli import main
+
+    _no_spark(monkeypatch)
+    says = "the period's start (2026-11-21 04:00:00 UTC) is not before its end (2026-11-21 03:00:00 UTC)"
+    period = ["--from", "2026-11-21T04:00:00Z", "--to", "2026-11-21T03:00:00Z"]
+    for command in (["report"], ["run", str(SCENARIO_A)]):
+        result = CliRunner().invoke(main, [*command, *period, "--warehouse", str(tmp_path / "wh")])
+        assert result.exit_code == 2 and says in result.output, result.output
+    for job, more in (("report", ["--out", str(tmp_path / "r.html")]), ("pipeline", [str(SCENARIO_A)])):
+        with pytest.raises(SystemExit) as stopped:
+            load_job(job).main([*period, *more])
+        assert stopped.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "wh").exists() and not (tmp_path / "r.html").exists()
+    from datetime import UTC, datetime
+
+    from kraftlog.analytics.report import Period
+    from kraftlog.errors import PointError
+
+    at = datetime(2026, 11, 21, 3, tzinfo=UTC)
+    assert Period(at, None).start == Period(None, at).end == at  # (an open end: nothing to compare)
+    with pytest.raises(PointError, match="is not before"):
+        Period(at, at)
 
 
 def test_a_directory_that_is_not_a_warehouse_is_never_written_into(tmp_path: Path,

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from kraftlog.analytics.frames import holding_at
+from kraftlog.errors import PointError
 
 MAX_ROWS = 200  # rows shown per table; the rest is counted
 OPEN_ROWS = 15  # a longer table is collapsed behind a summary line (HTML <details>, no script)
@@ -31,11 +32,19 @@ class Period:
     start: datetime | None = None
     end: datetime | None = None
 
+    def __post_init__(self) -> None:
+        if self.start is not None and self.end is not None and self.start >= self.end:
+            raise PointError(f"the period's start ({_utc(self.start)}) is not before its end ({_utc(self.end)})")
+
     def text(self) -> str:
         def fmt(t: datetime | None, other: str) -> str:
-            return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if t else other
+            return _utc(t) if t else other
 
         return f"{fmt(self.start, 'the start of the log')} to {fmt(self.end, 'the end of the log')}"
+
+
+def _utc(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 # what the "now" panel draws of the image at the end of the period: the columns of each entity kind (None: all of

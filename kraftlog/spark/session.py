@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.config import Config
+from kraftlog.errors import KraftlogError
 from kraftlog.logs import log_to_stderr
 from kraftlog.spark.jvm_names import remember_jvm_names
 
@@ -285,10 +286,18 @@ def job_parser(description: str, extra: Callable[[argparse.ArgumentParser], None
 
 
 def job_arguments(description: str, argv: list[str] | None = None,
-                  extra: Callable[[argparse.ArgumentParser], None] | None = None
+                  extra: Callable[[argparse.ArgumentParser], None] | None = None,
+                  check: Callable[[argparse.Namespace], object] | None = None
                   ) -> tuple[argparse.Namespace, Config, SparkSession]:
-    """The parsed arguments of a spark-submit job, its config and the session."""
-    args = job_parser(description, extra).parse_args(argv)
+    """The parsed arguments of a spark-submit job, its config and the session. ``check`` looks at the arguments
+    together before Spark starts: a ``KraftlogError`` it raises is a usage error (exit status 2)."""
+    parser = job_parser(description, extra)
+    args = parser.parse_args(argv)
+    if check is not None:
+        try:
+            check(args)
+        except KraftlogError as e:
+            parser.error(str(e))
     log_to_stderr(fmt="%(asctime)s %(levelname)s %(message)s", datefmt=None)
     overrides: dict[str, Any] = {"warehouse": {"path": args.warehouse}} if args.warehouse else {}
     config = Config.load(args.profile, **overrides)
