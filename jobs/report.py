@@ -18,10 +18,9 @@ import sys
 
 from kraftlog.analytics.report import Period
 from kraftlog.points import parse_bound, parse_time
-from kraftlog.spark.reports import build_report, write_reports
+from kraftlog.spark.reports import write_report, write_reports
 from kraftlog.spark.session import job_arguments
 from kraftlog.spark.store import store_for
-from kraftlog.storage import normalize
 
 
 def _options(ap: argparse.ArgumentParser) -> None:
@@ -30,7 +29,8 @@ def _options(ap: argparse.ArgumentParser) -> None:
                     help="start of the period (ISO-8601, ms:<millis>, now, or ago: -1h, -7d)")
     ap.add_argument("--to", dest="end", type=parse_bound, help="end of the period (the same, or latest)")
     out = ap.add_mutually_exclusive_group(required=True)
-    out.add_argument("--out", help="HTML file to write (one cluster): a path or a URI (s3://...)")
+    out.add_argument("--out", help="HTML file to write (one cluster): a path or a URI (s3://...), or a folder to "
+                     "write report-<cluster>.html into")
     out.add_argument("--out-dir", help="folder to write <cluster>.html into, for every cluster: a path or a URI")
 
 
@@ -39,16 +39,10 @@ def main(argv: list[str] | None = None) -> int:
                                         check=lambda a: Period(a.start, a.end))  # (before Spark starts)
     store = store_for(spark, config)
     period = Period(args.start, args.end)
-
-    def write(uri: str, html: str) -> str:
-        store.storage.write_bytes(uri, html.encode("utf-8"))
-        return uri
-
     if args.out is not None:
         if args.cluster and len(args.cluster) > 1:
             raise SystemExit("--out writes one cluster's report; use --out-dir for several")
-        report = build_report(store, args.cluster[0] if args.cluster else None, period)
-        print(f"report of {report.cluster_id} ({period.text()}): {write(normalize(args.out), report.html())}")
+        print(write_report(store, args.cluster[0] if args.cluster else None, period, args.out))
         return 0
     print("\n".join(write_reports(store, args.cluster, period, args.out_dir)))
     return 0

@@ -285,25 +285,19 @@ def analyze(warehouse: str | None, conf_file: str | None, clusters: tuple[str, .
 @click.option("--cluster", help="Cluster id, when there are several.")
 @_REPORT_FROM
 @_REPORT_TO
-@click.option("--out", help="HTML file to write: a path or a URI (s3://bucket/reports/x.html) "
-              "(default: report-<cluster>.html).")
+@click.option("--out", help="HTML file to write: a path or a URI (s3://bucket/reports/x.html), or a folder to "
+              "write report-<cluster>.html into (default: report-<cluster>.html here).")
 def report(warehouse: str | None, conf_file: str | None, cluster: str | None, start: str | None, end: str | None,
            out: str | None) -> None:
     """One self-contained HTML page of a cluster's events (elections, ISR, brokers, controllers, audit, log health).
 
     Reads the event tables: run `kraftlog analyze` first.
     """
-    from kraftlog.analytics.report import report_name
-    from kraftlog.spark.reports import build_report
-    from kraftlog.storage import normalize
+    from kraftlog.spark.reports import write_report
 
     period = _period(start, end)
     _, store, _ = _spark_store(warehouse, conf_file)
-    rep = build_report(store, cluster, period)
-    page = rep.html().encode("utf-8")
-    target = out or report_name(rep.cluster_id)
-    store.storage.write_bytes(normalize(target), page)
-    click.echo(f"report of {rep.cluster_id} ({period.text()}): {target} ({len(page):,} bytes)")
+    click.echo(write_report(store, cluster, period, out))
 
 
 @main.command()

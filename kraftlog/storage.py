@@ -192,7 +192,12 @@ class Storage:
         uri = normalize(uri)
         if is_local(uri):
             path = local_path(uri)
-            os.replace(_write_aside(path, data), path)
+            tmp = _write_aside(path, data)
+            try:
+                os.replace(tmp, path)
+            except OSError:  # (``path`` a folder: nothing is left beside it)
+                os.unlink(tmp)
+                raise
             return
         filesystem, path = self.filesystem(uri)
         with open_output(filesystem, path) as out:
@@ -282,6 +287,14 @@ class Storage:
     def is_dir(self, uri: str) -> bool:
         return self.file_type(uri) == pafs.FileType.Directory
 
+    def folder(self, uri: str) -> str:
+        """``uri`` normalized, where files can be written under it: a folder, or nothing yet; a file there is a
+        ``NotADirectory`` (one request)."""
+        uri = normalize(uri)
+        if self.file_type(uri) == pafs.FileType.File:
+            raise NotADirectory(f"{uri}: a file, not a directory")
+        return uri
+
 
 # pyarrow's file systems whose "folders" are only key prefixes: nothing to create before writing a key
 OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
@@ -303,8 +316,13 @@ def _write_aside(path: str, data: bytes) -> str:
     """``data`` written to a temporary file beside ``path`` (its folder created); returns the temporary path."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+    except OSError:  # (a full disk: no part of a file is left behind)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
     return tmp
 
 

@@ -86,6 +86,17 @@ def test_create_if_absent_is_exclusive(tmp_path: Path) -> None:
     assert (tmp_path / "x" / "y.json").read_bytes() == b"1"
 
 
+def test_a_file_written_over_a_folder_fails_and_leaves_nothing_beside_it(tmp_path: Path) -> None:
+    """``write_bytes`` writes a local file aside, then renames it over the target: when the rename cannot be done
+    (the target a folder) the file written aside is removed, not left next to the target."""
+    (tmp_path / "d").mkdir()
+    with pytest.raises(IsADirectoryError):
+        Storage().write_bytes(f"file:{tmp_path}/d", b"page")
+    assert [p.name for p in tmp_path.iterdir()] == ["d"] and not any((tmp_path / "d").iterdir())
+    Storage().write_bytes(f"file:{tmp_path}/d/page.html", b"page")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["d", "page.html"]
+
+
 def test_a_store_checks_the_lease_only_while_the_run_holds_it(tmp_path: Path) -> None:
     from kraftlog.config import Config
     from kraftlog.spark.store import DeltaRsStore, Manifest, writing

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import load_job
+from conftest import SAMPLE, load_job
 
 from kraftlog.cli import main
 
@@ -69,6 +69,31 @@ def test_report_job(sample_events: Any, tmp_path: Path) -> None:
     index = (tmp_path / "run" / "index.html").read_text()
     assert "<a href='report-T4vFxmI9RFCnFwCmltnwag.html'>T4vFxmI9RFCnFwCmltnwag</a>" in index
     assert "<th>Unclean elections</th>" in index and "<td class='alarm'>1</td>" in index
+
+
+def test_a_page_goes_into_a_folder_named_as_out_and_a_folder_is_never_a_file(sample_events: Any,
+                                                                           tmp_path: Path) -> None:
+    """``--out`` naming a folder (one that is there, or a path ending in /) writes ``report-<cluster>.html`` in it,
+    in the CLI and the job alike (it was an IsADirectoryError traceback after the build, and left the page written
+    aside beside the folder); a folder of pages given as a file (``--out-dir``, ``run --report-dir``) is refused
+    before anything is built or landed."""
+    from kraftlog.storage import NotADirectory
+
+    wh, _ = sample_events
+    name = "report-T4vFxmI9RFCnFwCmltnwag.html"
+    (tmp_path / "there").mkdir()
+    res = CliRunner().invoke(main, ["report", "--warehouse", str(wh), "--out", str(tmp_path / "there")])
+    assert res.exit_code == 0 and f"{tmp_path / 'there' / name} (" in res.output, res.output
+    assert load_job("report").main(["--warehouse", str(wh), "--out", f"{tmp_path / 'new'}/"]) == 0
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(["there", "new", name, name])
+    page = tmp_path / "page.html"
+    page.write_text("not a folder")
+    with pytest.raises(NotADirectory, match=f"file:{page}: a file, not a directory"):
+        load_job("report").main(["--warehouse", str(wh), "--out-dir", str(page)])
+    other = tmp_path / "other-wh"
+    res = CliRunner().invoke(main, ["run", str(SAMPLE), "--warehouse", str(other), "--report-dir", str(page)])
+    assert res.exit_code == 1 and "a file, not a directory" in res.output, res.output
+    assert not (other / "files").exists() and page.read_text() == "not a folder"  # (nothing landed)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here (apt-get install chromium): the page is "

@@ -42,6 +42,8 @@ def run_pipeline(spark: SparkSession, config: Config, inputs: list[str], steps: 
     differ from the histories (0 without ``steps.verify``). ``found``: the data directories under ``inputs``
     if the caller listed them already."""
     store = store_for(spark, config)
+    if steps.report_dir is not None:
+        store.storage.folder(steps.report_dir)  # (a file there: said now, not after every step)
     echo(ingest(spark, inputs, config, store, allow_empty=steps.allow_empty, found=found).line())
     echo(reconstruct(spark, config, store).line())
     differing = 0

@@ -148,10 +148,24 @@ def build_report(store: TableStore, cluster: str | None, period: Period) -> Repo
     return build_reports(store, [cluster_id], period)[0]
 
 
+def write_report(store: TableStore, cluster: str | None, period: Period, out: str | None = None) -> str:
+    """Write the page of ``cluster`` (its id, or the only cluster built) over ``period`` to ``out``: a file (a path
+    or a URI), or a folder to hold ``report-<cluster>.html`` (one that is there, or a URI ending in ``/``); by
+    default ``report-<cluster>.html`` in the working directory. The line saying what was written."""
+    report = build_report(store, cluster, period)
+    page = report.html().encode("utf-8")
+    target = out or report_name(report.cluster_id)
+    if target.endswith("/") or store.storage.is_dir(target):
+        target = join(target, report_name(report.cluster_id))
+    store.storage.write_bytes(target, page)
+    return f"report of {report.cluster_id} ({period.text()}): {target} ({len(page):,} bytes)"
+
+
 def write_reports(store: TableStore, clusters: list[str] | None, period: Period, out_dir: str) -> list[str]:
     """Write ``report-<cluster>.html`` for each of ``clusters`` (None: every cluster built) and ``index.html`` (a row
-    per cluster, linking to its page) under ``out_dir`` (a path or a URI); one line per page written."""
-    out_dir = normalize(out_dir)
+    per cluster, linking to its page) under ``out_dir`` (a path or a URI; a file there is a ``NotADirectory``,
+    before anything is built); one line per page written."""
+    out_dir = store.storage.folder(out_dir)
     reports = build_reports(store, clusters, period)
     uris = write_pages(store, reports, out_dir)
     lines = [f"report of {r.cluster_id} ({period.text()}): {uri}" for r, uri in zip(reports, uris, strict=True)]
