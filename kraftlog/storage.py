@@ -67,6 +67,12 @@ def scheme(uri: str) -> str:
     return "file" if is_local(uri) else urlsplit(uri).scheme
 
 
+def bucket_root(uri: str) -> str:
+    """The bucket (or container) of an object store's URI: ``s3://b/k/x`` -> ``s3://b``."""
+    bucket_end = uri.index("/", uri.index("://") + 3) if uri.count("/") > 2 else len(uri)
+    return uri[:bucket_end]
+
+
 def join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *[p.strip("/") for p in parts]])
 
@@ -269,8 +275,8 @@ class Storage:
     def _object_store(self, uri: str) -> tuple[Any, str]:
         """An obstore store for the bucket or container of ``uri`` (one per bucket and options: its connections
         are kept), and the key inside it."""
-        bucket_end = uri.index("/", uri.index("://") + 3) if uri.count("/") > 2 else len(uri)
-        root, key = uri[:bucket_end], uri[bucket_end:].lstrip("/")
+        root = bucket_root(uri)
+        key = uri[len(root):].lstrip("/")
         if scheme(uri) != "s3":
             return _obstore(root, (), False), key
         config = tuple(sorted((_S3_CONFIG[k], v) for k, v in self.options.items() if k in _S3_CONFIG))

@@ -137,6 +137,15 @@ def test_a_warehouse_on_s3_is_checked_as_a_local_one_is(s3: dict[str, str]) -> N
         check_warehouse(storage, "s3://kraftlog/check/other")
     storage.write_bytes("s3://kraftlog/check/ours/_kraftlog/lease", b"{}")
     check_warehouse(storage, "s3://kraftlog/check/ours")
+    # a new warehouse in a bucket that is not there: said before the run (it was the lease's PUT's NoSuchBucket
+    # traceback, after Spark had started), through the CLI too (the module's environment names the server)
+    from kraftlog.cli import main
+    from kraftlog.storage import StorageError
+
+    with pytest.raises(StorageError, match="s3://typo/wh: the bucket s3://typo is not there"):
+        check_warehouse(storage, "s3://typo/wh")
+    cli = CliRunner().invoke(main, ["ingest", str(SAMPLE / "node-2"), "--warehouse", "s3://typo/wh"])
+    assert cli.exit_code == 1 and "the bucket s3://typo is not there" in cli.output, cli.output
 
 
 def test_executors_read_parquet_with_no_request_for_its_size(spark: Any, s3: dict[str, str], moto_dir: Path) -> None:

@@ -60,7 +60,17 @@ from kraftlog.spark.staging import (
     stage_partition,
     write_parquet,
 )
-from kraftlog.storage import NotADirectory, Storage, is_local, join, normalize, scheme
+from kraftlog.storage import (
+    OBJECT_SCHEMES,
+    NotADirectory,
+    Storage,
+    StorageError,
+    bucket_root,
+    is_local,
+    join,
+    normalize,
+    scheme,
+)
 from kraftlog.tables.definitions import TableDef, catalog
 from kraftlog.wire.discover import Entry
 
@@ -717,7 +727,7 @@ class NotAWarehouseError(KraftlogError):
 
 def check_warehouse(storage: Storage, warehouse: str) -> None:
     """Raise ``NotAWarehouseError`` when ``warehouse`` is a file, or exists, holds something, and none of it is
-    kraftlog's.
+    kraftlog's; a ``StorageError`` when it is new in a bucket that is not there.
 
     A file is refused as the listing tells it (``kraftlog.storage.NotADirectory``, local or an object's key). Where
     the listing finds nothing, one look at what the path is: not found, a new warehouse; a directory, made by another
@@ -732,8 +742,13 @@ def check_warehouse(storage: Storage, warehouse: str) -> None:
         listed = None
     if not listed:
         found = storage.file_type(uri)
-        if found == pafs.FileType.NotFound:
-            return  # a new warehouse
+        if found == pafs.FileType.NotFound:  # a new warehouse, in a bucket that must be there (one look more)
+            bucket = bucket_root(uri) if scheme(uri) in OBJECT_SCHEMES else None
+            if bucket is not None and bucket != uri.rstrip("/") and \
+                    storage.file_type(bucket) == pafs.FileType.NotFound:
+                raise StorageError(f"{warehouse}: the bucket {bucket} is not there, or these credentials cannot see "
+                                   "it: create it first, or check the storage options ([storage], AWS_* ...)")
+            return
         if found != pafs.FileType.Directory:
             raise NotAWarehouseError(f"{warehouse}: a file, not a directory, so not a kraftlog warehouse")
         if listed is None:
