@@ -13,15 +13,16 @@ from kraftlog.wire.discover import log_files
 
 
 class _Commands(click.Group):
-    """The command group: kraftlog's own errors (``kraftlog.errors``) end in one line and exit status 1;
-    any other exception is a bug and keeps its traceback."""
+    """The command group: kraftlog's own errors (``kraftlog.errors``) and what the operating system or a storage
+    service refused (``OSError``: an unreachable endpoint, no permission, a full disk; its message names the path)
+    end in one line and exit status 1; any other exception is a bug and keeps its traceback."""
 
     def invoke(self, ctx: click.Context) -> object:
         from kraftlog.errors import KraftlogError
 
         try:
             return super().invoke(ctx)
-        except KraftlogError as e:
+        except (KraftlogError, OSError) as e:
             raise click.ClickException(str(e)) from e
 
 

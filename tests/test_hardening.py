@@ -285,6 +285,25 @@ def test_a_period_that_ends_before_it_starts_is_a_usage_error_before_spark(
         Period(at, at)
 
 
+def test_a_storage_endpoint_that_cannot_be_reached_is_one_line_before_spark(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a storage service (or the operating system) refuses ends in one line naming the bucket and the reason,
+    not a traceback: an object store's endpoint nothing listens on, for the warehouse and for an input."""
+    from click.testing import CliRunner
+
+    from kraftlog.cli import main
+
+    _no_spark(monkeypatch)
+    for key, value in {"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_ACCESS_KEY_ID": "k",
+                       "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    node = str(need(SCENARIO_A / "node-2"))
+    for args in (["ingest", node, "--warehouse", "s3://b/wh"], ["ingest", "s3://b/in", "--warehouse", str(tmp_path)]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+        assert "in bucket 'b'" in result.output and "connect" in result.output.lower(), result.output
+
+
 def test_a_directory_that_is_not_a_warehouse_is_never_written_into(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
