@@ -34,6 +34,7 @@ log = logging.getLogger("kraftlog")
 
 LEASE_DIR = "_kraftlog/lease"
 DEFAULT_TTL_S = 300.0  # a holder renews every third of this
+WAIT_TOLD_S = 60.0  # a run waiting for the lease says so when it starts, when the holder changes, and then every minute
 KEEP_GENERATIONS = 20  # older lease objects are removed by the next holder
 
 
@@ -121,6 +122,7 @@ class Lease:
     def acquire(self) -> Lease:
         """Take the lease, waiting up to ``wait_s`` for a live holder to finish; else ``WarehouseBusy``."""
         deadline = time.time() + self.wait_s
+        said: tuple[str, float] | None = None  # (the holder told of, when)
         while True:
             current = self.current()
             if current is None or not current.live():
@@ -138,7 +140,10 @@ class Lease:
                 continue  # another run created that generation first: look again
             if time.time() >= deadline:
                 raise WarehouseBusy(f"warehouse {self.warehouse} is {current.describe()}")
-            log.info("warehouse %s is %s; waiting", self.warehouse, current.describe())
+            if said is None or said[0] != current.run or time.time() - said[1] >= WAIT_TOLD_S:
+                log.info("warehouse %s is %s; waiting up to %.0f s more", self.warehouse, current.describe(),
+                         deadline - time.time())
+                said = (current.run, time.time())
             time.sleep(min(self.poll_s, max(0.0, deadline - time.time())) or self.poll_s)
 
     def check(self) -> None:

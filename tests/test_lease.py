@@ -38,6 +38,20 @@ def test_a_waiting_run_gets_the_lease_when_the_holder_finishes(tmp_path: Path) -
     assert 0.4 < time.time() - t0 < 10
 
 
+def test_a_waiting_run_says_so_once_a_minute_not_at_every_look(tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A run waits up to ``lease_wait_seconds`` (an hour by default) looking every 2 s: it says whom it waits for when
+    it starts waiting and when the holder changes, then once a minute (it was a line at every look, 1,800 an hour)."""
+    import logging
+
+    a = _lease(tmp_path, "run-a").acquire()
+    threading.Timer(0.6, a.release).start()
+    with caplog.at_level(logging.INFO, logger="kraftlog"), _lease(tmp_path, "run-b", wait_s=30, poll_s=0.05):
+        pass
+    waits = [r.getMessage() for r in caplog.records if "; waiting up to" in r.getMessage()]
+    assert len(waits) == 1 and "by ingest run run-a" in waits[0] and "waiting up to 30 s more" in waits[0], waits
+
+
 def test_a_killed_holders_lease_expires_and_the_holder_then_knows_it_lost(tmp_path: Path) -> None:
     dead = _lease(tmp_path, "killed", ttl_s=0.6).acquire()
     dead._stop.set()  # a kill -9: it stops renewing and never releases
