@@ -189,6 +189,20 @@ def test_delta_spark_reads_and_writes_where_its_jar_is_on_the_classpath(spark: A
     assert spark.read.format("delta").load(str(tmp_path / "records")).count() == result.rows_added
 
 
+def test_the_delta_spark_writer_asked_for_without_its_jar_is_one_line_saying_so(spark: Any, tmp_path: Path) -> None:
+    if delta_spark_available(spark):
+        pytest.skip("delta-spark's jar is on the classpath here: the writer works (the test above)")
+    from click.testing import CliRunner
+
+    from kraftlog.cli import main
+
+    profile = tmp_path / "p.toml"
+    profile.write_text(f'[warehouse]\npath = "{tmp_path / "wh"}"\nwriter = "delta-spark"\n')
+    asked = CliRunner().invoke(main, ["ingest", str(SAMPLE / "node-1"), "--profile", str(profile)])
+    assert asked.exit_code == 1 and isinstance(asked.exception, SystemExit), asked.output  # (not a traceback)
+    assert "writer = delta-spark, but io.delta classes are not on the Spark classpath" in asked.output
+
+
 def test_kraft_records_and_kraft_typed_explode_files_in_sql_as_the_ingest_lands_them(spark: Any,
                                                                                      tmp_path: Path) -> None:
     from kraftlog.spark.decode import RECORD_COLUMNS, register_functions

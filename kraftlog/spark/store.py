@@ -684,7 +684,7 @@ def open_store(spark: SparkSession, warehouse: str, writer: str = "auto",
     """The store for ``writer``: auto, delta-rs or delta-spark."""
     if writer == "delta-spark" or (writer == "auto" and delta_spark_available(spark)):
         if not delta_spark_available(spark):
-            raise RuntimeError("writer = delta-spark, but io.delta classes are not on the Spark classpath "
+            raise UsageError("writer = delta-spark, but io.delta classes are not on the Spark classpath "
                                "(add the delta-spark jar, e.g. spark.jars.packages=io.delta:delta-spark_2.13:<v>)")
         return DeltaSparkStore(spark, warehouse, after_commit, storage)
     if writer not in WRITERS:
