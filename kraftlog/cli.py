@@ -145,10 +145,15 @@ class _States:
             if not redact:
                 raise click.ClickException("--no-redact needs data directories: the tables hold redacted values")
             from kraftlog.identity import choose_cluster
-            from kraftlog.spark.history import built_clusters
+            from kraftlog.spark.history import built_clusters, landed_past
 
             _, self.store, _ = _spark_store(warehouse, conf_file)
-            self.cluster_id = choose_cluster(sorted(built_clusters(self.store)), cluster)
+            built = built_clusters(self.store)
+            self.cluster_id = choose_cluster(sorted(built), cluster)
+            last = built[self.cluster_id]["last_offset"]
+            if (past := landed_past(self.store, self.cluster_id, last)) is not None:
+                click.echo(f"warning: the histories of {self.cluster_id} end at offset {last}, the log landed since "
+                           f"reaches offset {past}: `kraftlog reconstruct` builds the rest", err=True)
         else:
             self.store = None
             self.log = _one_cluster(paths, cluster, redact)

@@ -290,6 +290,33 @@ def test_going_on_from_an_open_transaction_reports_its_problems_once(spark: Any,
     assert_same_as_a_full_build(spark, inputs, wh, tmp_path)
 
 
+def test_the_state_of_histories_behind_the_landed_log_warns_naming_both_ends(spark: Any, tmp_path: Path) -> None:
+    """``state --warehouse`` (and diff, shell) reads the histories: where the log landed since reaches past them (the
+    hour's reconstruct did not run, or failed) it says so on stderr, naming both offsets, and answers from what is
+    built; after a reconstruct, nothing to say."""
+    from click.testing import CliRunner
+
+    from kraftlog.cli import main
+
+    topic = {"topic_id": "AAAAAAAAAAAAAAAAAAAAZQ", "name": "t"}
+    log = [("meta", "TOPIC_RECORD", 0, topic), *[("meta", "NO_OP_RECORD", 0, {})] * 5]
+    source = tmp_path / "src"
+    write_cluster(source, GenCluster("c", log))
+    inputs, wh = tmp_path / "in", tmp_path / "wh"
+    config = Config.load(warehouse={"path": str(wh)}, identity={"cluster": "{cluster.id}"})
+    built = land_and_replay(spark, copy_upto(source, inputs, 3), config)
+    (ranges,) = DeltaTable(str(wh / "replay_ranges")).to_pyarrow_table().to_pylist()
+    ingest(spark, [str(copy_upto(source, inputs, 1 << 40))], config)
+    behind = CliRunner().invoke(main, ["state", "--warehouse", str(wh), "--kind", "topics"])
+    assert behind.exit_code == 0 and '"t"' in behind.stdout, (built.line(), behind.output)
+    assert (f"warning: the histories of c end at offset {ranges['last_offset']}, the log landed since reaches "
+            f"offset {len(log) - 1}: `kraftlog reconstruct` builds the rest") in behind.stderr
+    reconstruct(spark, config)
+    caught_up = CliRunner().invoke(main, ["state", "--warehouse", str(wh), "--kind", "topics"])
+    assert caught_up.exit_code == 0 and caught_up.stderr == "", caught_up.output
+    assert f'"offset": {ranges["last_offset"]},' in behind.stdout and f'"offset": {len(log) - 1},' in caught_up.stdout
+
+
 def test_going_on_from_inside_a_transaction_applies_its_control_records_once(spark: Any, tmp_path: Path) -> None:
     """Control records (voters, kraft.version) apply at their own offset inside a metadata transaction: going on
     from its Begin, the versions they began since are replayed again, not kept twice (found by Hypothesis)."""

@@ -33,6 +33,7 @@ from kraftlog.lease import DEFAULT_TTL_S
 from kraftlog.points import ANY, GREATEST, LEAST, Ask, Records, check_in_log, last_offsets_at
 from kraftlog.spark.bases import ClusterBase, LandedTables, TableSource, cluster_bases, pseudo_cluster, snapshot_bases
 from kraftlog.spark.increments import Plan, last_builds, plan_build, state_table_rows
+from kraftlog.spark.landed import log_ends
 from kraftlog.spark.predicates import SQL_TERMS, of_clusters, sql_literal
 from kraftlog.spark.replay import replay
 from kraftlog.spark.session import interpreted, local_frame
@@ -301,6 +302,19 @@ def built_clusters(store: TableStore, wait_s: float = DEFAULT_TTL_S, poll_s: flo
 
     rows = store.marks.read_histories(read, store.lease is not None, wait_s, poll_s)
     return {r["cluster_id"]: r.asDict() for r in rows}
+
+
+def landed_past(store: TableStore, cluster_id: str, last_offset: int | None) -> int | None:
+    """The greatest log offset landed for ``cluster_id`` when it is past ``last_offset`` (where its histories end:
+    a reconstruct has not run since, or failed); None where they reach it. The ingest ledger (a row per file) is
+    asked first; only where a segment there reaches past them are the records asked (a copy's tail that lost to
+    another's, which the ledger counts, never landed)."""
+    segments = (F.col("cluster_id") == cluster_id) & (F.col("file_kind") == "segment")
+    row = store.read(catalog()["files"]).filter(segments).agg(F.max("last_offset").alias("end")).first()
+    if row is None or row["end"] is None or (last_offset is not None and row["end"] <= last_offset):
+        return None
+    end = log_ends(LandedTables(store), [cluster_id]).get(cluster_id)
+    return end if end is not None and (last_offset is None or end > last_offset) else None
 
 
 def image_at(store: TableStore, cluster_id: str, offset: int | None = None, timestamp_ms: int | None = None,
