@@ -546,3 +546,24 @@ def test_the_tables_do_not_start_replay_from_an_incomplete_snapshot(spark, tmp_p
     (base,) = cluster_bases(landed(store_for(spark, config)))
     assert base.base.snapshot is not None and base.base.snapshot.snapshot_id != cut.name.split(".")[0]
     assert cut.name.split(".")[0] not in {s.snapshot_id for s in base.snapshots}
+
+
+def test_an_unreachable_spark_connect_server_is_told_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    """PySpark waits ten minutes or more for a Spark Connect server it cannot reach (one restarting), printing
+    nothing: the job says at once that SPARK_REMOTE's server takes no connection; a listening one, nothing."""
+    import logging
+    import socket
+
+    from kraftlog.spark.session import _say_if_unreachable
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        with caplog.at_level(logging.WARNING, logger="kraftlog"):
+            _say_if_unreachable(f"sc://127.0.0.1:{port}/;user_id=x")
+        assert not caplog.records
+    with caplog.at_level(logging.WARNING, logger="kraftlog"):
+        _say_if_unreachable(f"sc://127.0.0.1:{port}")  # (closed now)
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert f"sc://127.0.0.1:{port} (SPARK_REMOTE) takes no connection" in said and "ten minutes" in said

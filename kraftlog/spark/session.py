@@ -73,12 +73,32 @@ def _submitted_conf() -> dict[str, str] | None:
     return dict(SparkConf().getAll())
 
 
+def _say_if_unreachable(remote: str, timeout_s: float = 5.0) -> None:
+    """Warn when the Spark Connect server of ``remote`` (``sc://host:port/;...``) takes no connection: PySpark then
+    retries for ten minutes or more before it fails (a server restarting is waited for), printing nothing."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        where = urlsplit(remote.split(";", 1)[0])
+        host, port = where.hostname or "localhost", where.port or 15002
+    except ValueError:
+        return  # (PySpark names what is wrong with the URL)
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        logging.getLogger("kraftlog").warning(
+            "the Spark Connect server %s (SPARK_REMOTE) takes no connection (%s): Spark keeps trying for about ten "
+            "minutes before it fails", remote, e.strerror or e)
+
+
 def build_session(config: Config) -> SparkSession:
     """The session for a run (see the module docstring for who decides what)."""
     spark_conf = config.spark
     profile = {k: str(v) for k, v in spark_conf.get("conf", {}).items()}
     remote = _remote()
     if remote is not None:
+        _say_if_unreachable(remote)
         spark = SparkSession.builder.remote(remote).getOrCreate()
         for key, value in profile.items():  # only runtime SQL settings can be set from a client
             if key.startswith("spark.sql.") and spark.conf.get(key, None) is None:
