@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from kraftlog.spark.ingest import ingest
-from kraftlog.spark.session import job_arguments
+from kraftlog.spark.session import job_arguments, run_job
 
 
 def _options(ap: argparse.ArgumentParser) -> None:
@@ -30,4 +30,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job(main))

@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from kraftlog.spark.maintenance import DEFAULT_RETENTION_HOURS, maintain
-from kraftlog.spark.session import job_arguments
+from kraftlog.spark.session import job_arguments, run_job
 from kraftlog.spark.store import store_for
 
 
@@ -32,4 +32,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job(main))

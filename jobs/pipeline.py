@@ -17,7 +17,7 @@ import sys
 from kraftlog.analytics.report import Period
 from kraftlog.points import parse_bound, parse_time
 from kraftlog.spark.pipeline import Steps, run_pipeline
-from kraftlog.spark.session import job_arguments
+from kraftlog.spark.session import job_arguments, run_job
 
 
 def _options(ap: argparse.ArgumentParser) -> None:
@@ -38,4 +38,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job(main))

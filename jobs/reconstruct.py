@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from kraftlog.spark.history import reconstruct
-from kraftlog.spark.session import job_arguments
+from kraftlog.spark.session import job_arguments, run_job
 from kraftlog.spark.verify import verify_tables
 from kraftlog.state.local import verify_lines
 
@@ -35,4 +35,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job(main))

@@ -19,7 +19,7 @@ import sys
 from kraftlog.analytics.report import Period
 from kraftlog.points import parse_bound, parse_time
 from kraftlog.spark.reports import write_report, write_reports
-from kraftlog.spark.session import job_arguments
+from kraftlog.spark.session import job_arguments, run_job
 from kraftlog.spark.store import store_for
 
 
@@ -49,4 +49,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job(main))

@@ -567,3 +567,22 @@ def test_an_unreachable_spark_connect_server_is_told_at_once(caplog: pytest.LogC
         _say_if_unreachable(f"sc://127.0.0.1:{port}")  # (closed now)
     (said,) = [r.getMessage() for r in caplog.records]
     assert f"sc://127.0.0.1:{port} (SPARK_REMOTE) takes no connection" in said and "ten minutes" in said
+
+
+@pytest.mark.parametrize("job", ["ingest", "reconstruct", "analytics", "report", "maintain", "pipeline"])
+def test_a_job_that_kraftlog_refuses_exits_1_with_one_line(tmp_path: Path, job: str) -> None:
+    """A spark-submit job run as a process (as spark-submit and the DAG run it) says what kraftlog refused in one
+    line and exits 1, before Spark starts (a profile value that cannot work), as the CLI does; not a traceback."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    profile = tmp_path / "bad.toml"
+    profile.write_text("[warehouse]\nlease_ttl_seconds = 0\n")
+    more = {"ingest": [str(SCENARIO_A)], "pipeline": [str(SCENARIO_A)], "report": ["--out-dir", str(tmp_path)]}
+    run = subprocess.run([sys.executable, str(ROOT / "jobs" / f"{job}.py"), "--profile", str(profile),
+                          *more.get(job, [])], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.strip().endswith(f"ERROR {profile}: warehouse.lease_ttl_seconds must be more than 0 seconds, "
+                                       "finite, not 0") and "Traceback" not in run.stderr, run.stderr

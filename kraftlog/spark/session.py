@@ -326,6 +326,17 @@ def job_arguments(description: str, argv: list[str] | None = None,
     return args, config, spark
 
 
+def run_job(main: Callable[[], int]) -> int:
+    """A spark-submit job's exit status: ``main``'s, or 1 after one line (the ``kraftlog`` logger's ERROR) for what
+    kraftlog (``KraftlogError``), the operating system or a storage service (``OSError``) refused, as the CLI says
+    it; any other exception is a bug and keeps its traceback."""
+    try:
+        return main()
+    except (KraftlogError, OSError) as e:
+        logging.getLogger("kraftlog").error("%s", e)
+        return 1
+
+
 def describe(spark: SparkSession) -> str:
     """The live session's deciding settings, as one line (master, deploy mode, app, partitioning)."""
     keys = ("spark.master", "spark.submit.deployMode", "spark.app.name", "spark.sql.shuffle.partitions",
