@@ -18,11 +18,11 @@ class _Commands(click.Group):
     end in one line and exit status 1; any other exception is a bug and keeps its traceback."""
 
     def invoke(self, ctx: click.Context) -> object:
-        from kraftlog.errors import KraftlogError
+        from kraftlog.errors import TOLD
 
         try:
             return super().invoke(ctx)
-        except (KraftlogError, OSError) as e:
+        except TOLD as e:
             raise click.ClickException(str(e)) from e
 
 

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.config import Config
-from kraftlog.errors import KraftlogError
+from kraftlog.errors import TOLD, KraftlogError
 from kraftlog.logs import log_to_stderr
 from kraftlog.spark.jvm_names import remember_jvm_names
 
@@ -332,7 +332,7 @@ def run_job(main: Callable[[], int]) -> int:
     it; any other exception is a bug and keeps its traceback."""
     try:
         return main()
-    except (KraftlogError, OSError) as e:
+    except TOLD as e:
         logging.getLogger("kraftlog").error("%s", e)
         return 1
 
