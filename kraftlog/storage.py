@@ -295,11 +295,25 @@ class Storage:
 
     def folder(self, uri: str) -> str:
         """``uri`` normalized, where files can be written under it: a folder, or nothing yet; a file there is a
-        ``NotADirectory`` (one request)."""
+        ``NotADirectory``, and nothing yet in a bucket that is not there a ``StorageError`` (``check_bucket``)."""
         uri = normalize(uri)
-        if self.file_type(uri) == pafs.FileType.File:
+        found = self.file_type(uri)
+        if found == pafs.FileType.File:
             raise NotADirectory(f"{uri}: a file, not a directory")
+        if found == pafs.FileType.NotFound:
+            self.check_bucket(uri)
         return uri
+
+    def check_bucket(self, uri: str) -> None:
+        """Raise ``StorageError`` when ``uri`` is in an object store's bucket (or container) that is not there, or
+        that the credentials cannot see: what is written under it would fail (one request; nothing to check
+        elsewhere)."""
+        if scheme(uri) not in OBJECT_SCHEMES:
+            return
+        bucket = bucket_root(uri)
+        if bucket != uri.rstrip("/") and self.file_type(bucket) == pafs.FileType.NotFound:
+            raise StorageError(f"{uri}: the bucket {bucket} is not there, or these credentials cannot see it: create "
+                               "it first, or check the storage options ([storage], AWS_* ...)")
 
 
 # pyarrow's file systems whose "folders" are only key prefixes: nothing to create before writing a key

@@ -144,6 +144,9 @@ def test_a_warehouse_on_s3_is_checked_as_a_local_one_is(s3: dict[str, str]) -> N
 
     with pytest.raises(StorageError, match="s3://typo/wh: the bucket s3://typo is not there"):
         check_warehouse(storage, "s3://typo/wh")
+    with pytest.raises(StorageError, match="s3://typo/reports: the bucket s3://typo is not there"):
+        storage.folder("s3://typo/reports")  # (a folder of report pages: `run --report-dir` checks it first)
+    assert storage.folder("s3a://kraftlog/reports/new") == "s3://kraftlog/reports/new"
     cli = CliRunner().invoke(main, ["ingest", str(SAMPLE / "node-2"), "--warehouse", "s3://typo/wh"])
     assert cli.exit_code == 1 and "the bucket s3://typo is not there" in cli.output, cli.output
 

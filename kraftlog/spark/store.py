@@ -60,17 +60,7 @@ from kraftlog.spark.staging import (
     stage_partition,
     write_parquet,
 )
-from kraftlog.storage import (
-    OBJECT_SCHEMES,
-    NotADirectory,
-    Storage,
-    StorageError,
-    bucket_root,
-    is_local,
-    join,
-    normalize,
-    scheme,
-)
+from kraftlog.storage import NotADirectory, Storage, is_local, join, normalize, scheme
 from kraftlog.tables.definitions import TableDef, catalog
 from kraftlog.wire.discover import Entry
 
@@ -743,11 +733,7 @@ def check_warehouse(storage: Storage, warehouse: str) -> None:
     if not listed:
         found = storage.file_type(uri)
         if found == pafs.FileType.NotFound:  # a new warehouse, in a bucket that must be there (one look more)
-            bucket = bucket_root(uri) if scheme(uri) in OBJECT_SCHEMES else None
-            if bucket is not None and bucket != uri.rstrip("/") and \
-                    storage.file_type(bucket) == pafs.FileType.NotFound:
-                raise StorageError(f"{warehouse}: the bucket {bucket} is not there, or these credentials cannot see "
-                                   "it: create it first, or check the storage options ([storage], AWS_* ...)")
+            storage.check_bucket(uri)
             return
         if found != pafs.FileType.Directory:
             raise NotAWarehouseError(f"{warehouse}: a file, not a directory, so not a kraftlog warehouse")
