@@ -675,7 +675,7 @@ def open_store(spark: SparkSession, warehouse: str, writer: str = "auto",
     if writer == "delta-spark" or (writer == "auto" and delta_spark_available(spark)):
         if not delta_spark_available(spark):
             raise UsageError("writer = delta-spark, but io.delta classes are not on the Spark classpath "
-                               "(add the delta-spark jar, e.g. spark.jars.packages=io.delta:delta-spark_2.13:<v>)")
+                             "(add the delta-spark jar, e.g. spark.jars.packages=io.delta:delta-spark_2.13:<v>)")
         return DeltaSparkStore(spark, warehouse, after_commit, storage)
     if writer not in WRITERS:
         raise UsageError(f"unknown writer {writer!r}: one of {', '.join(WRITERS)}")
