@@ -25,7 +25,8 @@ from kraftlog.storage import Storage
 DEFAULTS: dict[str, Any] = {
     "spark": {
         # used only where nothing else set them: spark-submit's options, an existing session and
-        # SPARK_REMOTE (Spark Connect) always win (kraftlog.spark.session)
+        # SPARK_REMOTE (Spark Connect) always win (kraftlog.spark.session); an empty master sets none, and Spark's
+        # own defaults decide (spark-defaults.conf's spark.master, else local[*])
         "master": "local[*]",
         "app_name": "kraftlog",
         "log_level": "WARN",
@@ -84,7 +85,6 @@ _LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
 # what a value must be, beyond its type (a wrong one fails at load, naming the file and the key, not in the middle
 # of a run: an empty warehouse path is the working directory, a lease that lasts 0 s lets two runs write at once)
 _VALUES: dict[tuple[str, ...], tuple[Callable[[Any], bool], str]] = {
-    ("spark", "master"): (lambda v: v.strip() != "", "a Spark master URL, not empty"),
     ("spark", "log_level"): (lambda v: v.upper() in _LOG_LEVELS, f"one of {', '.join(_LOG_LEVELS)}"),
     ("spark", "interpreted_below"): (lambda v: v >= 0, "0 or more records"),
     ("warehouse", "path"): (lambda v: v.strip() != "", "a path or a URI, not empty"),

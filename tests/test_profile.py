@@ -51,7 +51,6 @@ def test_a_wrong_type_is_an_error(tmp_path: Path) -> None:
     ("[warehouse]\nlease_wait_seconds = nan\n", "warehouse.lease_wait_seconds must be 0 or more seconds"),
     ("[spark]\ninterpreted_below = -1\n", "spark.interpreted_below must be 0 or more records"),
     ("[spark]\nlog_level = 'LOUD'\n", "spark.log_level must be one of ALL, TRACE"),
-    ("[spark]\nmaster = ' '\n", "spark.master must be a Spark master URL, not empty"),
     ("[identity]\ncluster = ''\n", "identity.cluster must be a name template, not empty"),
     ("[[identity.override]]\nprefix = '/d/1'\nnode = '1'\n", "identity.override.node must be int, not '1'"),
     ("[[identity.override]]\ncluster = 'a'\n", "each identity.override needs a prefix"),
@@ -67,10 +66,11 @@ def test_a_value_that_cannot_work_is_an_error_at_load_naming_the_key(tmp_path: P
 
 def test_the_edges_of_the_values_load(tmp_path: Path) -> None:
     path = tmp_path / "p.toml"
-    path.write_text("[spark]\nlog_level = 'error'\ninterpreted_below = 0\n"
+    path.write_text("[spark]\nlog_level = 'error'\ninterpreted_below = 0\nmaster = ''\n"
                     "[warehouse]\nlease_wait_seconds = inf\nlease_ttl_seconds = 0.5\nwriter = 'delta-spark'\n")
     config = Config.load(path)
     assert (config.lease_wait_seconds, config.lease_ttl_seconds, config.interpreted_below) == (math.inf, 0.5, 0)
+    assert config.spark["master"] == ""  # (no master: Spark's own defaults decide, spark-defaults.conf's included)
 
 
 def test_storage_options_come_from_the_environment_and_the_profile_wins(tmp_path: Path) -> None:
