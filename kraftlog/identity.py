@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
 from kraftlog.config import Config
 from kraftlog.errors import ClusterNotFound
 from kraftlog.storage import normalize
@@ -48,6 +51,56 @@ def same_node_twice(identities: dict[str, tuple[FileIdentity, str | None]]) -> d
                 out[root] = (f"identity conflict: {root} and {others} both claim node {node} of cluster {cluster} "
                              f"with different directory.id; {SHARED_ID}")
     return out
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    """A file as the ledger has it: where, its size and modification time then, whose it landed as."""
+
+    path: str
+    size: int
+    mtime_ms: int
+    cluster_id: str
+    node_id: int | None
+    data_dir: str
+
+
+@dataclass(frozen=True)
+class Renaming:
+    """Data directories that landed under other names than the profile gives them now."""
+
+    before: dict[str, tuple[str, int | None]]  # data dir -> the (cluster, node) it landed as
+    after: dict[str, tuple[str, int | None]]  # data dir -> the (cluster, node) the profile names it
+    clusters: tuple[str, ...]  # the clusters to land again: the names landed under, and the new names landed before
+    absent: tuple[str, ...]  # files of those clusters landed before and not found now: they cannot be read again
+
+    def describe(self) -> str:
+        """Each data directory, ``dir: cluster/node -> cluster/node``, on one line."""
+        def name(c: str, n: int | None) -> str:
+            return c if n is None else f"{c} node {n}"
+        return "; ".join(f"{d}: {name(*self.before[d])} -> {name(*self.after[d])}" for d in sorted(self.before))
+
+
+def renaming(landed: Iterable[LandedFile], found: Mapping[str, tuple[int, int, FileIdentity]]) -> Renaming:
+    """The data directories of ``found`` (path -> size, modification time, identity now) holding a file the ledger
+    has unchanged (``landed``: the latest row of each path) under another cluster or node. An unchanged file is the
+    same bytes, so the same log, which the profile now names otherwise; a data directory formatted anew (a new
+    ``cluster.id``) holds new files, which land under its new name and rename nothing."""
+    landed = list(landed)
+    before: dict[str, tuple[str, int | None]] = {}
+    after: dict[str, tuple[str, int | None]] = {}
+    for f in landed:
+        size, mtime, ident = found.get(f.path, (-1, -1, None))
+        if ident is not None and (size, mtime) == (f.size, f.mtime_ms) \
+                and (f.cluster_id, f.node_id) != (ident.cluster_id, ident.node_id):
+            before[ident.data_dir] = (f.cluster_id, f.node_id)
+            after[ident.data_dir] = (ident.cluster_id, ident.node_id)
+    if not before:
+        return Renaming({}, {}, (), ())
+    known = {f.cluster_id for f in landed}
+    clusters = {c for c, _ in before.values()} | {c for c, _ in after.values() if c in known}
+    absent = tuple(sorted(f.path for f in landed if f.cluster_id in clusters and f.path not in found))
+    return Renaming(before, after, tuple(sorted(clusters)), absent)
 
 
 def _fill(template: str, values: dict[str, str]) -> str:

@@ -555,6 +555,71 @@ def test_a_landed_row_is_replaced_by_a_later_seen_higher_epoch_copy(spark: Any, 
     assert (third.rows_added, third.divergent) == (0, 0)
 
 
+def _rows(wh: Path, name: str) -> list[dict[str, Any]]:
+    """The rows of table ``name`` but for the columns that name the run, in key order."""
+    t = _table(wh, name)
+    t = t.drop_columns([c for c in ("run_id", "ingested_at") if c in t.column_names])
+    return sorted(t.to_pylist(), key=lambda r: tuple(str(r[k]) for k in catalog()[name].key))
+
+
+def _named(wh: Path, prefix: Path, cluster: str) -> Config:
+    return Config.load(warehouse={"path": str(wh)},
+                       identity={"override": [{"prefix": str(prefix), "cluster": cluster}]})
+
+
+def test_data_directories_the_profile_renames_after_landing_land_again_under_the_new_names(
+        spark: Any, tmp_path: Path) -> None:
+    """Two nodes landed as one cluster, the higher-epoch copy of node 2 winning offsets 3-5; an override then names
+    node 2 apart (the README's remedy for an identity conflict). Relabelling node 2's rows would leave each cluster
+    without the offsets the other's copy had won: both clusters land again, each equal to a warehouse that had the
+    new names from the start, and the names given back restore the first warehouse."""
+    data = tmp_path / "data"
+    common = _topics(0, ["a", "b", "c"], 1)
+    _node_dir(data, 1, "c1", common + _topics(3, ["d", "e"], 1))
+    _node_dir(data, 2, "c1", common + _topics(3, ["x", "y", "z"], 2))
+    wh, fresh = tmp_path / "wh", tmp_path / "fresh"
+    first = _run(spark, [data], wh)
+    assert first.renamed == 0
+    before = {t: _rows(wh, t) for t in ("records", "topic_record", "files", "divergence")}
+    assert {r["cluster_id"] for r in before["records"]} == {"c1"}
+
+    renamed = ingest(spark, [str(data)], _named(wh, data / "node-2", "c2"))
+    assert (renamed.renamed, renamed.relanded) == (1, ["c1", "c2"])
+    assert "1 data directory renamed (landed anew: c1, c2)" in renamed.line()
+    ingest(spark, [str(data)], _named(fresh, data / "node-2", "c2"))
+    for t in ("records", "topic_record", "batches", "files", "divergence"):
+        assert _rows(wh, t) == _rows(fresh, t), t
+    names = {(r["cluster_id"], r["name"]) for r in _table(wh, "topic_record").to_pylist()}
+    assert names == {("c1", n) for n in "abcde"} | {("c2", n) for n in "abcxyz"}
+    again = ingest(spark, [str(data)], _named(wh, data / "node-2", "c2"))
+    assert (again.files_ingested, again.renamed) == (0, 0)
+
+    back = _run(spark, [data], wh)
+    assert back.relanded == ["c1", "c2"]
+    for t, rows in before.items():
+        assert _rows(wh, t) == rows, t
+
+
+def test_data_directories_renamed_after_their_old_segments_were_deleted_keep_their_landed_names(
+        spark: Any, tmp_path: Path) -> None:
+    """A live data directory's first segment deleted by Kafka after landing: its rows cannot be read again, so a
+    renaming profile keeps the names landed, says so, and the directory's new segment lands under them too."""
+    data = tmp_path / "data"
+    _node_dir(data, 1, "c1", _topics(0, ["a", "b"], 1))
+    log_dir = data / "node-1" / "__cluster_metadata-0"
+    (log_dir / "00000000000000000002.log").write_bytes(_topics(2, ["c"], 1))
+    wh = tmp_path / "wh"
+    _run(spark, [data], wh)
+    (log_dir / "00000000000000000000.log").unlink()
+    (log_dir / "00000000000000000003.log").write_bytes(_topics(3, ["d"], 1))
+    kept = ingest(spark, [str(data)], _named(wh, data / "node-1", "renamed"))
+    assert (kept.names_kept, kept.renamed, kept.rows_added) == (1, 0, 1)
+    assert "RENAMING REFUSED for 1 data directory (their files landed before are gone)" in kept.line()
+    topics = _table(wh, "topic_record").sort_by("log_offset").to_pylist()
+    assert [(r["cluster_id"], r["name"]) for r in topics] == [("c1", n) for n in "abcd"]
+    assert {r["cluster_id"] for r in _table(wh, "files").to_pylist()} == {"c1"}
+
+
 def test_a_corrupt_copy_loses_to_a_valid_replica_and_is_reported(spark: Any, tmp_path: Path) -> None:
     data = tmp_path / "data"
     seg = _topics(0, ["a", "b", "c"], 1)

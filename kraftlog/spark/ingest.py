@@ -2,7 +2,8 @@
 
 1. **recover**: roll forward any earlier run that was killed after staging (``TableStore.recover``);
 2. **discover**: list the data directories (metadata only) and read their ``meta.properties``;
-3. **what changed**: compare sizes and modification times with the ``files`` ledger;
+3. **what changed**: compare sizes and modification times with the ``files`` ledger; where the profile names
+   data directories otherwise than they landed, their clusters land again as new (``_renamed``);
 4. **plan** (``kraftlog.planning``): clusters whose file names prove that nothing competes (one data
    directory, new files, no overlap with the ledger) land directly, with no extra read; the other
    files of clusters no earlier run landed are decided in the land pass (below); the files of clusters
@@ -37,11 +38,11 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.config import Config
 from kraftlog.errors import UsageError
-from kraftlog.identity import resolve_identity, same_node_twice
+from kraftlog.identity import LandedFile, renaming, resolve_identity, same_node_twice
 from kraftlog.planning import Landed, ListedFile, PlannedFile, plan_by_name, plan_files
 from kraftlog.spark.decode import LandRouter, stage_choices, summaries
 from kraftlog.spark.inputs import FileSpec, by_bytes, by_cluster, read_meta_properties
-from kraftlog.spark.predicates import of_clusters
+from kraftlog.spark.predicates import cluster_predicate, of_clusters
 from kraftlog.spark.staging import StagedFile
 from kraftlog.spark.store import (
     Manifest,
@@ -81,6 +82,9 @@ class IngestResult:
     divergent: int = 0
     errors: int = 0
     identity_conflicts: int = 0  # files whose cluster or node is in doubt (see their ledger errors)
+    renamed: int = 0  # data directories the profile names otherwise than they landed, landed again
+    relanded: list[str] = field(default_factory=list)  # the clusters they landed as and land as now
+    names_kept: int = 0  # data directories the profile renamed that keep their landed names (files gone since)
     files_deferred: int = 0  # read otherwise than planned (rewritten or removed meanwhile): the next run takes them
     chosen: int = 0  # records whose copies were chosen among (a grown segment's only past what it had)
     seconds: float = 0.0
@@ -98,6 +102,10 @@ class IngestResult:
     def line(self) -> str:
         notes = "".join([
             f", IDENTITY CONFLICTS {self.identity_conflicts} (files.errors)" if self.identity_conflicts else "",
+            f", {self.renamed} data director{'y' if self.renamed == 1 else 'ies'} renamed (landed anew: "
+            f"{', '.join(self.relanded)})" if self.renamed else "",
+            f", RENAMING REFUSED for {self.names_kept} data director{'y' if self.names_kept == 1 else 'ies'} "
+            "(their files landed before are gone)" if self.names_kept else "",
             f", recovered {len(self.recovered)} interrupted run(s)" if self.recovered else "",
             f", deferred {self.files_deferred} (changed while read: the next run takes them)"
             if self.files_deferred else ""])
@@ -152,12 +160,20 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
     dirs = found if found is not None else find_data_dirs([normalize(p) for p in inputs], storage.lister(),
                                                           allow_empty)
     metas = read_meta_properties([dd.meta_properties.path for dd in dirs if dd.meta_properties], storage)
-    inventory: dict[str, _File] = {}
+    # the ledger is small (one row per file version)
+    ledger = [r.asDict() for r in store.read(cat.core["files"]).select(
+        "path", "cluster_id", "node_id", "data_dir", "file_kind", "snapshot_id", "size", "content_sha256",
+        "first_offset", "last_offset", (F.unix_micros("modification_time") / 1000).cast("long").alias("mtime_ms"),
+        "ingested_at", "status", "batches", "control_batches", "records", "metadata_version", "tail_position",
+        "tail_sha256").collect()]
     identities = {}
     for dd in dirs:
         meta = metas.get(dd.meta_properties.path) if dd.meta_properties else None
         identities[dd.root] = (resolve_identity(dd, meta, config), meta.directory_id if meta else None)
+    manifest = Manifest(run_id, run_seq)
+    ledger = _renamed(cat, dirs, identities, ledger, manifest, result)
     twice = same_node_twice(identities)
+    inventory: dict[str, _File] = {}
     for dd in dirs:
         ident = identities[dd.root][0]
         if dd.root in twice:
@@ -169,19 +185,13 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
     result.files_seen = len(inventory)
     log.info("found %d data directories, %d log files under %s", len(dirs), len(inventory), ", ".join(inputs))
 
-    # what changed: the ledger is small (one row per file version)
-    ledger = [r.asDict() for r in store.read(cat.core["files"]).select(
-        "path", "cluster_id", "data_dir", "file_kind", "snapshot_id", "size", "content_sha256", "first_offset",
-        "last_offset", (F.unix_micros("modification_time") / 1000).cast("long").alias("mtime_ms"),
-        "ingested_at", "status", "batches", "control_batches", "records", "metadata_version", "tail_position",
-        "tail_sha256").collect()]
+    # what changed
     latest: dict[str, dict[str, object]] = {}
     for r in sorted(ledger, key=lambda r: r["ingested_at"]):
         latest[r["path"]] = r
     changed = {p: f for p, f in inventory.items()
                if p not in latest or (latest[p]["size"], latest[p]["mtime_ms"]) != (f.size, f.mtime_ms)}
     result.files_ingested = len(changed)
-    manifest = Manifest(run_id, run_seq)
     todo = {p: f for p, f in changed.items() if f.size > 0}  # an empty file has no rows but its ledger row
     empty_rows = [_empty_file_row(p, f, run_id) for p, f in changed.items() if f.size == 0]
     result.phase("discover")
@@ -255,6 +265,44 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _
     log.info("landed %d new records from %d decoded; %d divergence rows", result.rows_added, result.records_decoded,
              result.divergent)
     result.phase("land")
+
+
+def _renamed(cat: Catalog, dirs: list[DataDir], identities: dict[str, tuple[FileIdentity, str | None]],
+             ledger: list[dict[str, Any]], manifest: Manifest, result: IngestResult) -> list[dict[str, Any]]:
+    """The ledger to go on with, where the profile names data directories otherwise than they landed (``renaming``).
+    Where every file their clusters landed from is still there, those clusters land again under the names given now:
+    their rows go (``manifest.deletes``, committed with the new rows) and so do their ledger rows, so their files are
+    read as new; the histories and events follow (the old names are gone, the new ones new). Where a file landed
+    before is not there any more (a live data directory's deleted segments), its rows cannot be read again: the data
+    directories keep the names they landed under (``identities`` changed in place), with a warning."""
+    latest: dict[str, dict[str, Any]] = {}
+    for r in sorted(ledger, key=lambda r: r["ingested_at"]):
+        latest[r["path"]] = r
+    found = {entry.path: (entry.size, entry.mtime_ms, identities[dd.root][0]) for dd in dirs for entry, _ in dd.files}
+    rename = renaming((LandedFile(p, r["size"], r["mtime_ms"], r["cluster_id"], r["node_id"], r["data_dir"])
+                       for p, r in latest.items()), found)
+    if not rename.before:
+        return ledger
+    if rename.absent:
+        for d, (cluster, node) in rename.before.items():
+            ident, directory_id = identities[d]
+            identities[d] = (replace(ident, cluster_id=cluster, node_id=node), directory_id)
+        result.names_kept = len(rename.before)
+        log.warning("the profile names %d data director%s otherwise than they landed (%s), but %d file(s) landed from "
+                    "before are not under the inputs any more (%s%s): their rows cannot be read again, so the names "
+                    "stay as landed", len(rename.before), "y" if len(rename.before) == 1 else "ies", rename.describe(),
+                    len(rename.absent), rename.absent[0], ", ..." if len(rename.absent) > 1 else "")
+        return ledger
+    result.renamed = len(rename.before)
+    result.relanded = sorted(set(rename.clusters) | {c for c, _ in rename.after.values()})
+    log.warning("the profile names %d data director%s otherwise than they landed (%s): cluster(s) %s land again "
+                "under the names given now", len(rename.before), "y" if len(rename.before) == 1 else "ies",
+                rename.describe(), ", ".join(rename.clusters))
+    where = str(cluster_predicate(list(rename.clusters)))
+    for table in (cat.core["records"], cat.core["batches"], cat.core["files"], cat.core["divergence"],
+                  *cat.typed.values()):
+        manifest.delete(table.name, where)
+    return [r for r in ledger if r["cluster_id"] not in rename.clusters]
 
 
 def land_units(paths: list[str], together: Mapping[str, str]) -> dict[str, str]:
@@ -376,7 +424,8 @@ def _decide(spark: SparkSession, store: TableStore, cat: Catalog, base: dict[str
                                                                    winners)
         candidates = old_divergence if divergence is None else divergence.unionByName(old_divergence)
         divergence = new_rows(candidates, store.read(div).filter(of_clusters(clusters)), list(div.key))
-        manifest.deletes += _replacement_deletes(cat, replace_keys.collect())
+        for table, where in _replacement_deletes(cat, replace_keys.collect()):
+            manifest.delete(table, where)
         chosen = {}
         for r in keep_ranges(to_append).collect():
             chosen.setdefault(r["file_id"], []).append((r["lo"], r["hi"]))

@@ -106,6 +106,15 @@ class Manifest:
     def rows(self, table: str) -> int:
         return sum(f.num_records for f in self.files if f.table == table)
 
+    def delete(self, table: str, predicate: str) -> None:
+        """Delete the rows of ``table`` matching ``predicate`` first: one delete per table and run (a run's deletes
+        are committed once each, ``TableStore._delete``), so a second predicate for a table joins the first."""
+        for i, (name, where) in enumerate(self.deletes):
+            if name == table:
+                self.deletes[i] = (name, f"({where}) OR ({predicate})")
+                return
+        self.deletes.append((table, predicate))
+
 
 class TableStore(ABC):
     """Where kraftlog's tables live: staging (executors write Parquet), manifests and recovery shared by
