@@ -43,7 +43,8 @@ run: $(STAMP)
 ## the pipeline's wall time on each deployment path (local, S3, standalone cluster, Spark Connect); the pipeline on
 ## a generated big cluster (1x and 4x) and the 10x corpus, full and an hourly increment (bench_fleet); the hourly run
 ## (ingest, reconstruct, verify, analyze) of a quiet cluster with a snapshot an hour, at 100 and 400 hours of history
-## (bench_quiet); the hourly run of a cluster with a broker down for 4, 16 and 64 rolling restarts (bench_window); ingest
+## (bench_quiet); the hourly ingest against a ledger of 0, 1M and 4M rows of history (bench_ledger); the hourly run of
+## a cluster with a broker down for 4, 16 and 64 rolling restarts (bench_window); ingest
 ## of one big segment, 60 and 240 MB, from one node and three (bench_segment); the fixed cost of a Python task in a
 ## plain PySpark worker and in one that loaded kraftlog (bench_tasks)
 bench: $(STAMP)
@@ -53,6 +54,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_deploy.py --json out/bench-deploy.json
 	$(BIN)/python benchmarks/bench_fleet.py --json out/bench-fleet.json
 	$(BIN)/python benchmarks/bench_quiet.py --json out/bench-quiet.json
+	$(BIN)/python benchmarks/bench_ledger.py --json out/bench-ledger.json
 	$(BIN)/python benchmarks/bench_window.py --json out/bench-window.json
 	$(BIN)/python benchmarks/bench_segment.py --json out/bench-segment.json
 	$(BIN)/python benchmarks/bench_tasks.py --json out/bench-tasks.json

@@ -72,7 +72,6 @@ class Renaming:
     before: dict[str, tuple[str, int | None]]  # data dir -> the (cluster, node) it landed as
     after: dict[str, tuple[str, int | None]]  # data dir -> the (cluster, node) the profile names it
     clusters: tuple[str, ...]  # the clusters to land again: the names landed under, and the new names landed before
-    absent: tuple[str, ...]  # files of those clusters landed before and not found now: they cannot be read again
 
     def describe(self) -> str:
         """Each data directory, ``dir: cluster/node -> cluster/node``, on one line."""
@@ -83,8 +82,8 @@ class Renaming:
 
 def renaming(landed: Iterable[LandedFile], found: Mapping[str, tuple[int, int, FileIdentity]]) -> Renaming:
     """The data directories of ``found`` (path -> size, modification time, identity now) holding a file the ledger
-    has unchanged (``landed``: the latest row of each path) under another cluster or node. An unchanged file is the
-    same bytes, so the same log, which the profile now names otherwise; a data directory formatted anew (a new
+    has unchanged (``landed``: the latest row of each path found) under another cluster or node. An unchanged file is
+    the same bytes, so the same log, which the profile now names otherwise; a data directory formatted anew (a new
     ``cluster.id``) holds new files, which land under its new name and rename nothing."""
     landed = list(landed)
     before: dict[str, tuple[str, int | None]] = {}
@@ -95,12 +94,9 @@ def renaming(landed: Iterable[LandedFile], found: Mapping[str, tuple[int, int, F
                 and (f.cluster_id, f.node_id) != (ident.cluster_id, ident.node_id):
             before[ident.data_dir] = (f.cluster_id, f.node_id)
             after[ident.data_dir] = (ident.cluster_id, ident.node_id)
-    if not before:
-        return Renaming({}, {}, (), ())
     known = {f.cluster_id for f in landed}
     clusters = {c for c, _ in before.values()} | {c for c, _ in after.values() if c in known}
-    absent = tuple(sorted(f.path for f in landed if f.cluster_id in clusters and f.path not in found))
-    return Renaming(before, after, tuple(sorted(clusters)), absent)
+    return Renaming(before, after, tuple(sorted(clusters)))
 
 
 def _fill(template: str, values: dict[str, str]) -> str:

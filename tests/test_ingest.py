@@ -626,6 +626,74 @@ def test_data_directories_renamed_after_their_old_segments_were_deleted_keep_the
     assert {r["cluster_id"] for r in _table(wh, "files").to_pylist()} == {"c1"}
 
 
+def _with_history(wh: Path, rows: int) -> None:
+    """``rows`` more ledger rows, as years of hourly runs leave them: nine in ten versions of other clusters' files
+    (paths of their own), one in ten older versions of the landed files (offsets and sizes smaller, a day older)."""
+    landed = _table(wh, "files")
+    out = []
+    for i in range(rows):
+        r = dict(landed.slice(i % landed.num_rows, 1).to_pylist()[0])
+        if i % 10:
+            prefix = f"s3://archive/fleet-{i % 50}/v{i}/"
+            r.update(path=prefix + r["path"], data_dir=prefix + r["data_dir"], cluster_id=f"fleet-{i % 50}")
+        else:
+            r.update(last_offset=(r["last_offset"] or 0) // 2, size=r["size"] // 2)
+        r["ingested_at"] = r["ingested_at"].replace(year=r["ingested_at"].year - 1)
+        out.append(r)
+    from deltalake import write_deltalake
+    write_deltalake(str(wh / "files"), pa.Table.from_pylist(out, landed.schema), mode="append")
+
+
+def test_an_ingest_collects_what_its_listing_names_not_the_history_of_the_ledger(
+        spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """The ledger grows by a row per file version (millions a year in a fleet): a run reads in Spark the latest row of
+    each file it found and, of the clusters it lands, what it plans against. With 20,000 rows of history (other
+    clusters' files, older versions of its own), the hour's ingest of two grown segments lands what a warehouse
+    without that history lands, and the driver collects a few dozen rows, not the ledger."""
+    from pyspark.sql.classic.dataframe import DataFrame
+
+    data = tmp_path / "data"
+    common = _topics(0, ["a", "b", "c"], 1)
+    for node in (1, 2):
+        _node_dir(data, node, "c1", common)
+    whs = [tmp_path / "wh", tmp_path / "plain"]
+    for wh in whs:
+        _run(spark, [data], wh)
+    _with_history(whs[0], 20_000)
+    for node in (1, 2):  # the hour: both nodes' active segment grew
+        with open(data / f"node-{node}" / "__cluster_metadata-0" / "00000000000000000000.log", "ab") as fh:
+            fh.write(_topics(3, ["d", "e"], 1))
+    collected: list[int] = []
+    collect = DataFrame.collect
+
+    def counted(self: Any) -> Any:
+        rows = collect(self)
+        collected.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(DataFrame, "collect", counted)
+    hour = _run(spark, [data], whs[0])
+    monkeypatch.setattr(DataFrame, "collect", collect)
+    assert (hour.files_ingested, hour.rows_added) == (2, 2)
+    assert sum(collected) < 100, collected
+    _run(spark, [data], whs[1])
+    assert _rows(whs[0], "records") == _rows(whs[1], "records")
+    assert [r["name"] for r in _rows(whs[0], "topic_record")] == list("abcde")
+
+
+def test_the_maximal_offset_intervals_of_each_cluster(spark: Any) -> None:
+    """``maximal``: of each cluster's intervals, those no other one holds (an interval inside another adds nothing to
+    the overlap tests of the plan); equal ones once."""
+    from kraftlog.spark.ledger import maximal
+    from kraftlog.spark.session import local_frame
+
+    ddl = "cluster_id string, first_offset long, last_offset long"
+    spans = local_frame(spark, [("a", 0, 10), ("a", 0, 5), ("a", 3, 10), ("a", 4, 12), ("a", 20, 30), ("a", 20, 30),
+                                ("a", 21, 25), ("b", 0, 5), ("b", 1, 2)], ddl)
+    want = local_frame(spark, [("a", 0, 10), ("a", 4, 12), ("a", 20, 30), ("b", 0, 5)], ddl)
+    assert_df_equality(maximal(spans), want, ignore_row_order=True)
+
+
 def test_a_corrupt_copy_loses_to_a_valid_replica_and_is_reported(spark: Any, tmp_path: Path) -> None:
     data = tmp_path / "data"
     seg = _topics(0, ["a", "b", "c"], 1)

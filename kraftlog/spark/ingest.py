@@ -39,9 +39,10 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from kraftlog.config import Config
 from kraftlog.errors import UsageError
 from kraftlog.identity import LandedFile, renaming, resolve_identity, same_node_twice
-from kraftlog.planning import Landed, ListedFile, PlannedFile, plan_by_name, plan_files
+from kraftlog.planning import ListedFile, PlannedFile, plan_by_name, plan_files
 from kraftlog.spark.decode import LandRouter, stage_choices, summaries
 from kraftlog.spark.inputs import FileSpec, by_bytes, by_cluster, read_meta_properties
+from kraftlog.spark.ledger import LandedBefore, absent, landed_before, latest_rows
 from kraftlog.spark.predicates import cluster_predicate, of_clusters
 from kraftlog.spark.staging import StagedFile
 from kraftlog.spark.store import (
@@ -160,18 +161,15 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
     dirs = found if found is not None else find_data_dirs([normalize(p) for p in inputs], storage.lister(),
                                                           allow_empty)
     metas = read_meta_properties([dd.meta_properties.path for dd in dirs if dd.meta_properties], storage)
-    # the ledger is small (one row per file version)
-    ledger = [r.asDict() for r in store.read(cat.core["files"]).select(
-        "path", "cluster_id", "node_id", "data_dir", "file_kind", "snapshot_id", "size", "content_sha256",
-        "first_offset", "last_offset", (F.unix_micros("modification_time") / 1000).cast("long").alias("mtime_ms"),
-        "ingested_at", "status", "batches", "control_batches", "records", "metadata_version", "tail_position",
-        "tail_sha256").collect()]
     identities = {}
     for dd in dirs:
         meta = metas.get(dd.meta_properties.path) if dd.meta_properties else None
         identities[dd.root] = (resolve_identity(dd, meta, config), meta.directory_id if meta else None)
     manifest = Manifest(run_id, run_seq)
-    ledger = _renamed(cat, dirs, identities, ledger, manifest, result)
+    # the ledger's latest row of each file found (of a renamed cluster: none, its files land again)
+    latest = latest_rows(store, cat, (entry.path for dd in dirs for entry, _ in dd.files))
+    relanded = _renamed(store, cat, dirs, identities, latest, manifest, result)
+    latest = {p: r for p, r in latest.items() if r["cluster_id"] not in relanded}
     twice = same_node_twice(identities)
     inventory: dict[str, _File] = {}
     for dd in dirs:
@@ -186,9 +184,6 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
     log.info("found %d data directories, %d log files under %s", len(dirs), len(inventory), ", ".join(inputs))
 
     # what changed
-    latest: dict[str, dict[str, object]] = {}
-    for r in sorted(ledger, key=lambda r: r["ingested_at"]):
-        latest[r["path"]] = r
     changed = {p: f for p, f in inventory.items()
                if p not in latest or (latest[p]["size"], latest[p]["mtime_ms"]) != (f.size, f.mtime_ms)}
     result.files_ingested = len(changed)
@@ -200,7 +195,7 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
         manifest.files += store.stage_small(cat.core["files"], pa.Table.from_pylist(empty_rows, cat["files"].schema),
                                             run_id)
     if todo:
-        _run(spark, store, cat, todo, ledger, latest, manifest, result)
+        _run(spark, store, cat, todo, latest, relanded, manifest, result)
     else:
         log.info("nothing new: every file is already in the ledger")
     return _finish(store, cat, manifest, result, t0, inputs)
@@ -212,22 +207,24 @@ TOGETHER_BYTES = 64 << 20
 
 
 def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _File],
-         ledger: list[dict[str, object]], latest: dict[str, dict[str, object]], manifest: Manifest,
-         result: IngestResult) -> None:
+         latest: dict[str, dict[str, Any]], relanded: set[str], manifest: Manifest, result: IngestResult) -> None:
     run_id = manifest.run_id
     ordered = sorted(todo)
+    # what earlier runs landed of the clusters this run lands files of (but those landing again)
+    before = landed_before(store, cat, {f.identity.cluster_id for f in todo.values()} - relanded,
+                           {s for p in ordered for s in _snapshot_names(p)})
     ids = {p: (todo[p].identity, i) for i, p in enumerate(ordered)}
     log.info("reading %d new or changed files (%.1f MB)", len(todo), sum(f.size for f in todo.values()) / 1e6)
 
     # clusters whose file names prove that nothing competes land without a header pass
     named = plan_by_name([ListedFile(p, todo[p].identity.cluster_id, todo[p].identity.data_dir,
                                      file_layout(p)[0], p in latest) for p in ordered],
-                         _landed(ledger), _landed_dirs(ledger))
+                         before.landed, before.dirs)
     keep = dict(named)
     result.files_clean = len(named)
     # clusters no earlier run landed anything of: their other files are decided together as they land, unless
     # they are too big to hold at once (``TOGETHER_BYTES``): those are planned from their headers
-    landed_clusters = {str(r["cluster_id"]) for r in ledger}
+    landed_clusters = set(before.clusters)
     seen = landed_clusters | {todo[p].identity.cluster_id for p in ordered if p in latest}
     new = [p for p in ordered if p not in named and todo[p].identity.cluster_id not in seen]
     new_bytes: dict[str, int] = {}
@@ -238,8 +235,7 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _
     rest = [p for p in ordered if p not in named and p not in together]
     starts: dict[str, int] = {}
     if rest:
-        planned, starts = _plan_from_headers(spark, store, cat, rest, todo, ids, ledger, latest, landed_clusters,
-                                             manifest, result)
+        planned, starts = _plan_from_headers(spark, store, cat, rest, todo, ids, before, latest, manifest, result)
         keep.update(planned)
     result.files_contested += len(together)
     log.info("plan: %d files land directly (%d by their names), %d are decided record by record with their copies",
@@ -267,23 +263,23 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _
     result.phase("land")
 
 
-def _renamed(cat: Catalog, dirs: list[DataDir], identities: dict[str, tuple[FileIdentity, str | None]],
-             ledger: list[dict[str, Any]], manifest: Manifest, result: IngestResult) -> list[dict[str, Any]]:
-    """The ledger to go on with, where the profile names data directories otherwise than they landed (``renaming``).
-    Where every file their clusters landed from is still there, those clusters land again under the names given now:
-    their rows go (``manifest.deletes``, committed with the new rows) and so do their ledger rows, so their files are
-    read as new; the histories and events follow (the old names are gone, the new ones new). Where a file landed
-    before is not there any more (a live data directory's deleted segments), its rows cannot be read again: the data
-    directories keep the names they landed under (``identities`` changed in place), with a warning."""
-    latest: dict[str, dict[str, Any]] = {}
-    for r in sorted(ledger, key=lambda r: r["ingested_at"]):
-        latest[r["path"]] = r
+def _renamed(store: TableStore, cat: Catalog, dirs: list[DataDir],
+             identities: dict[str, tuple[FileIdentity, str | None]], latest: dict[str, dict[str, Any]],
+             manifest: Manifest, result: IngestResult) -> set[str]:
+    """The clusters that land again, where the profile names data directories otherwise than they landed
+    (``renaming``; ``latest``: the ledger's latest row of each file found). Where every file those clusters landed
+    from is still there, they land again under the names given now: their rows go (``manifest.deletes``, committed
+    with the new rows), ledger rows included, so their files are read as new; the histories and events follow (the
+    old names are gone, the new ones new). Where a file landed before is not there any more (a live data directory's
+    deleted segments), its rows cannot be read again: the data directories keep the names they landed under
+    (``identities`` changed in place), with a warning."""
     found = {entry.path: (entry.size, entry.mtime_ms, identities[dd.root][0]) for dd in dirs for entry, _ in dd.files}
     rename = renaming((LandedFile(p, r["size"], r["mtime_ms"], r["cluster_id"], r["node_id"], r["data_dir"])
                        for p, r in latest.items()), found)
     if not rename.before:
-        return ledger
-    if rename.absent:
+        return set()
+    gone, first_gone = absent(store, cat, rename.clusters, found)
+    if gone:
         for d, (cluster, node) in rename.before.items():
             ident, directory_id = identities[d]
             identities[d] = (replace(ident, cluster_id=cluster, node_id=node), directory_id)
@@ -291,8 +287,8 @@ def _renamed(cat: Catalog, dirs: list[DataDir], identities: dict[str, tuple[File
         log.warning("the profile names %d data director%s otherwise than they landed (%s), but %d file(s) landed from "
                     "before are not under the inputs any more (%s%s): their rows cannot be read again, so the names "
                     "stay as landed", len(rename.before), "y" if len(rename.before) == 1 else "ies", rename.describe(),
-                    len(rename.absent), rename.absent[0], ", ..." if len(rename.absent) > 1 else "")
-        return ledger
+                    gone, first_gone, ", ..." if gone > 1 else "")
+        return set()
     result.renamed = len(rename.before)
     result.relanded = sorted(set(rename.clusters) | {c for c, _ in rename.after.values()})
     log.warning("the profile names %d data director%s otherwise than they landed (%s): cluster(s) %s land again "
@@ -302,7 +298,7 @@ def _renamed(cat: Catalog, dirs: list[DataDir], identities: dict[str, tuple[File
     for table in (cat.core["records"], cat.core["batches"], cat.core["files"], cat.core["divergence"],
                   *cat.typed.values()):
         manifest.delete(table.name, where)
-    return [r for r in ledger if r["cluster_id"] not in rename.clusters]
+    return set(rename.clusters)
 
 
 def land_units(paths: list[str], together: Mapping[str, str]) -> dict[str, str]:
@@ -313,13 +309,12 @@ def land_units(paths: list[str], together: Mapping[str, str]) -> dict[str, str]:
 
 
 def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, ordered: list[str],
-                       todo: dict[str, _File], ids: dict[str, tuple[FileIdentity, int]],
-                       ledger: list[dict[str, object]], latest: dict[str, dict[str, object]],
-                       landed_clusters: set[str], manifest: Manifest, result: IngestResult
+                       todo: dict[str, _File], ids: dict[str, tuple[FileIdentity, int]], before: LandedBefore,
+                       latest: dict[str, dict[str, Any]], manifest: Manifest, result: IngestResult
                        ) -> tuple[dict[str, KeepSpec], dict[str, int]]:
     """Pass 0 over ``ordered`` (a header walk), the plan, and the record-level choice for contested files; and the
     byte each grown segment is read from (``Resume``: from its last batch landed on, where that is unchanged)."""
-    prefix = {p: int(latest[p]["size"]) for p in ordered if p in latest}  # type: ignore[call-overload]
+    prefix = {p: int(latest[p]["size"]) for p in ordered if p in latest}
     resumes = {p: r for p in ordered if (r := resume_of(p, todo[p].size, latest.get(p))) is not None}
     files = by_bytes(spark, [todo[p].spec(p, resumes[p].tail_position if p in resumes else 0) for p in ordered],
                      store.storage)
@@ -333,10 +328,10 @@ def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, ord
         if s["start"] and prev is not None:  # read from its last batch landed on: the whole file's offsets
             first, last = prev["first_offset"], last if last is not None else prev["last_offset"]
         planned.append(PlannedFile(p, f.identity.cluster_id, info.kind, snap, first, last,
-                                   s["sha256"], prev["size"] if prev else None,  # type: ignore[arg-type]
-                                   prev["last_offset"] if prev else None,  # type: ignore[arg-type]
+                                   s["sha256"], prev["size"] if prev else None,
+                                   prev["last_offset"] if prev else None,
                                    unchanged, s["prefix_epoch"] if unchanged else None))
-    plan = plan_files(planned, _landed(ledger))
+    plan = plan_files(planned, before.landed)
     result.files_clean += len(plan.clean)
     keep = dict(plan.clean)
     # a segment whose last batch landed is unchanged is read from there on by every pass (it has a Prefix, below)
@@ -347,7 +342,7 @@ def _plan_from_headers(spark: SparkSession, store: TableStore, cat: Catalog, ord
         base = {p: KeepSpec((), _min_position(by_path[p]), sha256=by_path[p].sha256) for p in plan.contested}
         rewritten = [p for p in plan.contested if p in latest and not by_path[p].prefix_unchanged]
         keep.update(_decide(spark, store, cat, base, ids, [todo[p].spec(p, starts.get(p, 0)) for p in base],
-                            landed_clusters, rewritten, manifest, result,
+                            set(before.clusters), rewritten, manifest, result,
                             decided_upto([by_path[p] for p in plan.contested])))
     keep = with_prefixes(keep, planned, latest, resumes)
     for p in [p for p in starts if keep[p].prefix is None]:  # read whole after all: not the content summarised
@@ -478,26 +473,10 @@ def _min_position(f: PlannedFile) -> int:
     return f.previous_size or 0 if f.prefix_unchanged else 0
 
 
-def _landed(ledger: list[dict[str, object]]) -> dict[str, Landed]:
-    """What earlier runs landed, per cluster: log offset intervals and snapshot ids (from the ledger)."""
-    intervals: dict[str, set[tuple[int, int]]] = {}
-    snaps: dict[str, set[str]] = {}
-    for r in ledger:
-        c = str(r["cluster_id"])
-        if r["file_kind"] == "segment" and r["first_offset"] is not None and r["last_offset"] is not None:
-            intervals.setdefault(c, set()).add((int(r["first_offset"]), int(r["last_offset"])))  # type: ignore[call-overload]
-        elif r["snapshot_id"] is not None:
-            snaps.setdefault(c, set()).add(str(r["snapshot_id"]))
-    return {c: Landed(tuple(sorted(intervals.get(c, ()))), frozenset(snaps.get(c, ())))
-            for c in set(intervals) | set(snaps)}
-
-
-def _landed_dirs(ledger: list[dict[str, object]]) -> dict[str, frozenset[str]]:
-    """The data directories earlier runs ingested, per cluster."""
-    dirs: dict[str, set[str]] = {}
-    for r in ledger:
-        dirs.setdefault(str(r["cluster_id"]), set()).add(str(r["data_dir"]))
-    return {c: frozenset(d) for c, d in dirs.items()}
+def _snapshot_names(path: str) -> set[str]:
+    """The names the ledger and the plans give the snapshot ``path`` is (none for a segment)."""
+    info, label, _, _ = file_layout(path)
+    return {n for n in (label, info.snapshot_id) if n is not None}
 
 
 def _replacement_deletes(cat: Catalog, keys: list[Any]) -> list[tuple[str, str]]:
