@@ -606,6 +606,29 @@ def test_data_directories_the_profile_renames_after_landing_land_again_under_the
         assert [r for r in _rows(wh, t) if r["cluster_id"] != "c9"] == c1, t
 
 
+def test_the_histories_and_events_of_a_cluster_renamed_after_landing_are_those_of_its_new_name(
+        spark: Any, tmp_path: Path) -> None:
+    """After a renaming, ``reconstruct`` and ``analyze`` drop the old name (gone) and build the new one: every table
+    equals that of a warehouse that had the new name from the start."""
+    from services import table_rows, tables
+
+    from kraftlog.spark.analyze import analyze
+    from kraftlog.spark.history import reconstruct
+
+    data = tmp_path / "data"
+    for node in (1, 2):
+        _node_dir(data, node, "c1", _topics(0, ["a", "b", "c"], 1))
+    wh, fresh = tmp_path / "wh", tmp_path / "fresh"
+    for config in (_config(wh), _config(wh, cluster="prod-{cluster.id}"), _config(fresh, cluster="prod-{cluster.id}")):
+        ingest(spark, [str(data)], config)
+        reconstruct(spark, config)
+        analyze(spark, config)
+    assert {r["cluster_id"] for r in _table(wh, "topics_history").to_pylist()} == {"prod-c1"}
+    for name in tables(fresh):
+        if name not in ("runs",):
+            assert table_rows(str(wh / name)) == table_rows(str(fresh / name)), name
+
+
 def test_data_directories_renamed_after_their_old_segments_were_deleted_keep_their_landed_names(
         spark: Any, tmp_path: Path) -> None:
     """A live data directory's first segment deleted by Kafka after landing: its rows cannot be read again, so a
