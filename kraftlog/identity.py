@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kraftlog.config import Config
 from kraftlog.errors import ClusterNotFound
@@ -72,6 +72,9 @@ class Renaming:
     before: dict[str, tuple[str, int | None]]  # data dir -> the (cluster, node) it landed as
     after: dict[str, tuple[str, int | None]]  # data dir -> the (cluster, node) the profile names it
     clusters: tuple[str, ...]  # the clusters to land again: the names landed under, and the new names landed before
+    # data dir -> the (cluster, node) it landed as, where its identity now is in doubt (a ``meta.properties`` broken
+    # since): not a renaming, the name it landed under stands
+    doubted: dict[str, tuple[str, int | None]] = field(default_factory=dict)
 
     def describe(self) -> str:
         """Each data directory, ``dir: cluster/node -> cluster/node``, on one line."""
@@ -84,19 +87,24 @@ def renaming(landed: Iterable[LandedFile], found: Mapping[str, tuple[int, int, F
     """The data directories of ``found`` (path -> size, modification time, identity now) holding a file the ledger
     has unchanged (``landed``: the latest row of each path found) under another cluster or node. An unchanged file is
     the same bytes, so the same log, which the profile now names otherwise; a data directory formatted anew (a new
-    ``cluster.id``) holds new files, which land under its new name and rename nothing."""
+    ``cluster.id``) holds new files, which land under its new name and rename nothing. A data directory whose
+    identity is in doubt now (``FileIdentity.problem``) renames nothing either: it is ``doubted``."""
     landed = list(landed)
     before: dict[str, tuple[str, int | None]] = {}
     after: dict[str, tuple[str, int | None]] = {}
+    doubted: dict[str, tuple[str, int | None]] = {}
     for f in landed:
         size, mtime, ident = found.get(f.path, (-1, -1, None))
         if ident is not None and (size, mtime) == (f.size, f.mtime_ms) \
                 and (f.cluster_id, f.node_id) != (ident.cluster_id, ident.node_id):
+            if ident.problem:
+                doubted[ident.data_dir] = (f.cluster_id, f.node_id)
+                continue
             before[ident.data_dir] = (f.cluster_id, f.node_id)
             after[ident.data_dir] = (ident.cluster_id, ident.node_id)
     known = {f.cluster_id for f in landed}
     clusters = {c for c, _ in before.values()} | {c for c, _ in after.values() if c in known}
-    return Renaming(before, after, tuple(sorted(clusters)))
+    return Renaming(before, after, tuple(sorted(clusters)), doubted)
 
 
 def _fill(template: str, values: dict[str, str]) -> str:

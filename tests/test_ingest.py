@@ -606,6 +606,25 @@ def test_data_directories_the_profile_renames_after_landing_land_again_under_the
         assert [r for r in _rows(wh, t) if r["cluster_id"] != "c9"] == c1, t
 
 
+def test_a_data_directory_whose_meta_properties_broke_after_landing_keeps_its_landed_name(
+        spark: Any, tmp_path: Path) -> None:
+    """A ``meta.properties`` without its ``cluster.id`` names no cluster (``unknown-cluster``, in doubt): that is no
+    renaming, so nothing lands again and the directory's new segment lands under the name it landed as, the problem
+    in its ledger row."""
+    data = tmp_path / "data"
+    _node_dir(data, 1, "c1", _topics(0, ["a", "b"], 1))
+    wh = tmp_path / "wh"
+    _run(spark, [data], wh)
+    (data / "node-1" / "meta.properties").write_text("version=1\nnode.id=1\n")
+    (data / "node-1" / "__cluster_metadata-0" / "00000000000000000002.log").write_bytes(_topics(2, ["c"], 1))
+    hour = _run(spark, [data], wh)
+    assert (hour.renamed, hour.names_kept, hour.rows_added) == (0, 0, 1)
+    topics = _table(wh, "topic_record").sort_by("log_offset").to_pylist()
+    assert [(r["cluster_id"], r["name"]) for r in topics] == [("c1", n) for n in "abc"]
+    new = next(r for r in _table(wh, "files").to_pylist() if r["path"].endswith("00000000000000000002.log"))
+    assert new["cluster_id"] == "c1" and "cluster.id" in new["errors"][0]
+
+
 def test_the_histories_and_events_of_a_cluster_renamed_after_landing_are_those_of_its_new_name(
         spark: Any, tmp_path: Path) -> None:
     """After a renaming, ``reconstruct`` and ``analyze`` drop the old name (gone) and build the new one: every table

@@ -222,3 +222,5 @@ def test_a_renaming_is_told_by_unchanged_files_landed_under_other_names() -> Non
     formatted = {**found, "/b" + seg: (4, 9, FileIdentity("c3", 2, "/b"))}
     assert renaming(landed, formatted).before == {}
     assert renaming(landed, {**found, "/b" + seg: (10, 1, FileIdentity("c1", 7, "/b"))}).clusters == ("c1",)
+    doubted = renaming(landed, {**found, "/b" + seg: (10, 1, FileIdentity("unknown-cluster", None, "/b", "bad"))})
+    assert (doubted.before, doubted.doubted) == ({}, {"/b": ("c1", 2)})

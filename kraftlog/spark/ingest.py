@@ -272,10 +272,16 @@ def _renamed(store: TableStore, cat: Catalog, dirs: list[DataDir],
     with the new rows), ledger rows included, so their files are read as new; the histories and events follow (the
     old names are gone, the new ones new). Where a file landed before is not there any more (a live data directory's
     deleted segments), its rows cannot be read again: the data directories keep the names they landed under
-    (``identities`` changed in place), with a warning."""
+    (``identities`` changed in place), with a warning; so does a data directory whose identity is in doubt now (a
+    ``meta.properties`` broken since it landed), its files' problem kept."""
     found = {entry.path: (entry.size, entry.mtime_ms, identities[dd.root][0]) for dd in dirs for entry, _ in dd.files}
     rename = renaming((LandedFile(p, r["size"], r["mtime_ms"], r["cluster_id"], r["node_id"], r["data_dir"])
                        for p, r in latest.items()), found)
+    for d, landed_as in rename.doubted.items():
+        ident, directory_id = identities[d]
+        log.warning("%s: its identity is in doubt (%s): it keeps the one it landed under, %s", d, ident.problem,
+                    landed_as[0] if landed_as[1] is None else f"{landed_as[0]} node {landed_as[1]}")
+        identities[d] = (replace(ident, cluster_id=landed_as[0], node_id=landed_as[1]), directory_id)
     if not rename.before:
         return set()
     gone, first_gone = absent(store, cat, rename.clusters, found)
