@@ -54,18 +54,6 @@ def same_node_twice(identities: dict[str, tuple[FileIdentity, str | None]]) -> d
 
 
 @dataclass(frozen=True)
-class LandedFile:
-    """A file as the ledger has it: where, its size and modification time then, whose it landed as."""
-
-    path: str
-    size: int
-    mtime_ms: int
-    cluster_id: str
-    node_id: int | None
-    data_dir: str
-
-
-@dataclass(frozen=True)
 class Renaming:
     """Data directories that landed under other names than the profile gives them now."""
 
@@ -83,26 +71,26 @@ class Renaming:
         return "; ".join(f"{d}: {name(*self.before[d])} -> {name(*self.after[d])}" for d in sorted(self.before))
 
 
-def renaming(landed: Iterable[LandedFile], found: Mapping[str, tuple[int, int, FileIdentity]]) -> Renaming:
-    """The data directories of ``found`` (path -> size, modification time, identity now) holding a file the ledger
-    has unchanged (``landed``: the latest row of each path found) under another cluster or node. An unchanged file is
-    the same bytes, so the same log, which the profile now names otherwise; a data directory formatted anew (a new
-    ``cluster.id``) holds new files, which land under its new name and rename nothing. A data directory whose
+def renaming(landed: Mapping[str, Iterable[tuple[str, int | None]]], now: Mapping[str, FileIdentity]) -> Renaming:
+    """The data directories of ``now`` (data dir -> its identity now) holding a file the ledger has unchanged under
+    another cluster or node (``landed``: data dir -> the (cluster, node)s its unchanged files landed as). An unchanged
+    file is the same bytes, so the same log, which the profile now names otherwise; a data directory formatted anew
+    (a new ``cluster.id``) holds new files, which land under its new name and rename nothing. A data directory whose
     identity is in doubt now (``FileIdentity.problem``) renames nothing either: it is ``doubted``."""
-    landed = list(landed)
     before: dict[str, tuple[str, int | None]] = {}
     after: dict[str, tuple[str, int | None]] = {}
     doubted: dict[str, tuple[str, int | None]] = {}
-    for f in landed:
-        size, mtime, ident = found.get(f.path, (-1, -1, None))
-        if ident is not None and (size, mtime) == (f.size, f.mtime_ms) \
-                and (f.cluster_id, f.node_id) != (ident.cluster_id, ident.node_id):
-            if ident.problem:
-                doubted[ident.data_dir] = (f.cluster_id, f.node_id)
-                continue
-            before[ident.data_dir] = (f.cluster_id, f.node_id)
-            after[ident.data_dir] = (ident.cluster_id, ident.node_id)
-    known = {f.cluster_id for f in landed}
+    for d, names in landed.items():
+        ident = now.get(d)
+        other = sorted((n for n in names if ident is not None and n != (ident.cluster_id, ident.node_id)),
+                       key=lambda n: (n[0], -1 if n[1] is None else n[1]))
+        if ident is None or not other:
+            continue
+        if ident.problem:
+            doubted[d] = other[0]
+        else:
+            before[d], after[d] = other[0], (ident.cluster_id, ident.node_id)
+    known = {c for names in landed.values() for c, _ in names}
     clusters = {c for c, _ in before.values()} | {c for c, _ in after.values() if c in known}
     return Renaming(before, after, tuple(sorted(clusters)), doubted)
 

@@ -723,6 +723,45 @@ def test_an_ingest_collects_what_its_listing_names_not_the_history_of_the_ledger
     assert [r["name"] for r in _rows(whs[0], "topic_record")] == list("abcde")
 
 
+def test_a_run_collects_of_its_listing_what_changed_and_the_names_its_directories_landed_under(
+        spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """``compare``: of 60 files listed (an archive keeps every file), the driver collects the rows of the one that
+    grew and the one that is new, and per data directory the names its unchanged files landed as."""
+    from pyspark.sql.classic.dataframe import DataFrame
+
+    from kraftlog.spark.ledger import compare
+    from kraftlog.storage import normalize
+
+    data = tmp_path / "data"
+    _node_dir(data, 1, "c1", _topics(0, ["t0"], 1))
+    log_dir = data / "node-1" / "__cluster_metadata-0"
+    for i in range(1, 60):
+        (log_dir / f"{i:020d}.log").write_bytes(_topics(i, [f"t{i}"], 1))
+    wh = tmp_path / "wh"
+    _run(spark, [data], wh)
+    with open(log_dir / f"{59:020d}.log", "ab") as fh:
+        fh.write(_topics(60, ["t60"], 1))
+    (log_dir / f"{61:020d}.log").write_bytes(_topics(61, ["t61"], 1))
+    listed = [(normalize(e.path), e.size, e.mtime_ms, normalize(dd.root)) for dd in scan([str(data)])
+              for e, _ in dd.files]
+    collected: list[int] = []
+    collect = DataFrame.collect
+
+    def counted(self: Any) -> Any:
+        rows = collect(self)
+        collected.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(DataFrame, "collect", counted)
+    got = compare(DeltaRsStore(spark, str(wh)), catalog(), listed)
+    monkeypatch.setattr(DataFrame, "collect", collect)
+    assert len(listed) == 61 and sum(collected) == 3, collected
+    assert {Path(p).name: r is None for p, r in got.changed.items()} == {f"{59:020d}.log": False,
+                                                                         f"{61:020d}.log": True}
+    assert got.changed[next(p for p in got.changed if p.endswith("59.log"))]["last_offset"] == 59
+    assert got.names == {listed[0][3]: {("c1", 1)}}
+
+
 def test_the_maximal_offset_intervals_of_each_cluster(spark: Any) -> None:
     """``maximal``: of each cluster's intervals, those no other one holds (an interval inside another adds nothing to
     the overlap tests of the plan); equal ones once."""

@@ -205,22 +205,22 @@ def test_an_override_names_the_data_directories_under_its_prefix(tmp_path: Path)
 
 
 def test_a_renaming_is_told_by_unchanged_files_landed_under_other_names() -> None:
-    """``renaming``: a data directory holding a file the ledger has unchanged, under another cluster or node, is
-    renamed; one formatted anew (a new ``cluster.id``, its first segment at the same path rewritten) is not; the
-    clusters landed again are the old names and the new ones landed before."""
-    from kraftlog.identity import LandedFile, renaming
+    """``renaming``: a data directory whose unchanged files landed under another cluster or node than it is named now
+    is renamed; one with no unchanged file landed (formatted anew: a new ``cluster.id``, its files new) is not; the
+    clusters landed again are the old names and the new ones landed before; a directory whose identity is in doubt
+    now keeps its landed name (``doubted``)."""
+    from kraftlog.identity import renaming
     from kraftlog.tables.rows import FileIdentity
 
-    seg = "/__cluster_metadata-0/00000000000000000000.log"
-    landed = [LandedFile("/a" + seg, 10, 1, "c1", 1, "/a"), LandedFile("/b" + seg, 10, 1, "c1", 2, "/b"),
-              LandedFile("/c" + seg, 10, 1, "c3", 1, "/c")]
-    found = {"/a" + seg: (10, 1, FileIdentity("c1", 1, "/a")), "/b" + seg: (10, 1, FileIdentity("c3", 2, "/b")),
-             "/c" + seg: (10, 1, FileIdentity("c3", 1, "/c"))}
-    got = renaming(landed, found)
+    landed = {"/a": {("c1", 1)}, "/b": {("c1", 2)}, "/c": {("c3", 1)}}
+    now = {"/a": FileIdentity("c1", 1, "/a"), "/b": FileIdentity("c3", 2, "/b"), "/c": FileIdentity("c3", 1, "/c"),
+           "/d": FileIdentity("c4", 1, "/d")}
+    got = renaming(landed, now)
     assert (got.before, got.after, got.clusters) == ({"/b": ("c1", 2)}, {"/b": ("c3", 2)}, ("c1", "c3"))
     assert got.describe() == "/b: c1 node 2 -> c3 node 2"
-    formatted = {**found, "/b" + seg: (4, 9, FileIdentity("c3", 2, "/b"))}
-    assert renaming(landed, formatted).before == {}
-    assert renaming(landed, {**found, "/b" + seg: (10, 1, FileIdentity("c1", 7, "/b"))}).clusters == ("c1",)
-    doubted = renaming(landed, {**found, "/b" + seg: (10, 1, FileIdentity("unknown-cluster", None, "/b", "bad"))})
+    assert renaming({**landed, "/b": set()}, now).before == {}  # formatted anew: no unchanged file landed
+    assert renaming(landed, {**now, "/b": FileIdentity("c1", 7, "/b")}).clusters == ("c1",)
+    mixed = renaming({"/b": {("c1", None), ("c1", 2)}}, {"/b": FileIdentity("c1", 2, "/b")})
+    assert mixed.before == {"/b": ("c1", None)}
+    doubted = renaming(landed, {**now, "/b": FileIdentity("unknown-cluster", None, "/b", "bad")})
     assert (doubted.before, doubted.doubted) == ({}, {"/b": ("c1", 2)})

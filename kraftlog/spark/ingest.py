@@ -38,11 +38,11 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.config import Config
 from kraftlog.errors import UsageError
-from kraftlog.identity import LandedFile, renaming, resolve_identity, same_node_twice
+from kraftlog.identity import renaming, resolve_identity, same_node_twice
 from kraftlog.planning import ListedFile, PlannedFile, plan_by_name, plan_files
 from kraftlog.spark.decode import LandRouter, stage_choices, summaries
 from kraftlog.spark.inputs import FileSpec, by_bytes, by_cluster, read_meta_properties
-from kraftlog.spark.ledger import LandedBefore, absent, landed_before, latest_rows
+from kraftlog.spark.ledger import LandedBefore, absent, compare, landed_before
 from kraftlog.spark.predicates import cluster_predicate, of_clusters
 from kraftlog.spark.staging import StagedFile
 from kraftlog.spark.store import (
@@ -166,10 +166,17 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
         meta = metas.get(dd.meta_properties.path) if dd.meta_properties else None
         identities[dd.root] = (resolve_identity(dd, meta, config), meta.directory_id if meta else None)
     manifest = Manifest(run_id, run_seq)
-    # the ledger's latest row of each file found (of a renamed cluster: none, its files land again)
-    latest = latest_rows(store, cat, (entry.path for dd in dirs for entry, _ in dd.files))
-    relanded = _renamed(store, cat, dirs, identities, latest, manifest, result)
-    latest = {p: r for p, r in latest.items() if r["cluster_id"] not in relanded}
+    # what changed since the ledger's latest row of each file found; the files of clusters landing again as new
+    compared = compare(store, cat, ((entry.path, entry.size, entry.mtime_ms, dd.root)
+                                    for dd in dirs for entry, _ in dd.files))
+    relanded = _renamed(store, cat, dirs, identities, compared.names, manifest, result)
+    changed_rows = {p: None if r is not None and r["cluster_id"] in relanded else r
+                    for p, r in compared.changed.items()}
+    for dd in dirs:  # a data directory of a cluster landing again: every file of it lands again, as new
+        if identities[dd.root][0].cluster_id in relanded \
+                or any(c in relanded for c, _ in compared.names.get(dd.root, ())):
+            changed_rows.update((entry.path, None) for entry, _ in dd.files)
+    latest = {p: r for p, r in changed_rows.items() if r is not None}
     twice = same_node_twice(identities)
     inventory: dict[str, _File] = {}
     for dd in dirs:
@@ -183,9 +190,7 @@ def _ingest(spark: SparkSession, inputs: list[str], config: Config, store: Table
     result.files_seen = len(inventory)
     log.info("found %d data directories, %d log files under %s", len(dirs), len(inventory), ", ".join(inputs))
 
-    # what changed
-    changed = {p: f for p, f in inventory.items()
-               if p not in latest or (latest[p]["size"], latest[p]["mtime_ms"]) != (f.size, f.mtime_ms)}
+    changed = {p: f for p, f in inventory.items() if p in changed_rows}
     result.files_ingested = len(changed)
     todo = {p: f for p, f in changed.items() if f.size > 0}  # an empty file has no rows but its ledger row
     empty_rows = [_empty_file_row(p, f, run_id) for p, f in changed.items() if f.size == 0]
@@ -264,19 +269,17 @@ def _run(spark: SparkSession, store: TableStore, cat: Catalog, todo: dict[str, _
 
 
 def _renamed(store: TableStore, cat: Catalog, dirs: list[DataDir],
-             identities: dict[str, tuple[FileIdentity, str | None]], latest: dict[str, dict[str, Any]],
+             identities: dict[str, tuple[FileIdentity, str | None]], names: dict[str, set[tuple[str, int | None]]],
              manifest: Manifest, result: IngestResult) -> set[str]:
     """The clusters that land again, where the profile names data directories otherwise than they landed
-    (``renaming``; ``latest``: the ledger's latest row of each file found). Where every file those clusters landed
-    from is still there, they land again under the names given now: their rows go (``manifest.deletes``, committed
-    with the new rows), ledger rows included, so their files are read as new; the histories and events follow (the
-    old names are gone, the new ones new). Where a file landed before is not there any more (a live data directory's
-    deleted segments), its rows cannot be read again: the data directories keep the names they landed under
-    (``identities`` changed in place), with a warning; so does a data directory whose identity is in doubt now (a
-    ``meta.properties`` broken since it landed), its files' problem kept."""
-    found = {entry.path: (entry.size, entry.mtime_ms, identities[dd.root][0]) for dd in dirs for entry, _ in dd.files}
-    rename = renaming((LandedFile(p, r["size"], r["mtime_ms"], r["cluster_id"], r["node_id"], r["data_dir"])
-                       for p, r in latest.items()), found)
+    (``renaming``; ``names``: per data directory, the names its unchanged files landed as). Where every file those
+    clusters landed from is still there, they land again under the names given now: their rows go
+    (``manifest.deletes``, committed with the new rows), ledger rows included, so their files are read as new; the
+    histories and events follow (the old names are gone, the new ones new). Where a file landed before is not there
+    any more (a live data directory's deleted segments), its rows cannot be read again: the data directories keep the
+    names they landed under (``identities`` changed in place), with a warning; so does a data directory whose
+    identity is in doubt now (a ``meta.properties`` broken since it landed), its files' problem kept."""
+    rename = renaming(names, {d: ident for d, (ident, _) in identities.items()})
     for d, landed_as in rename.doubted.items():
         ident, directory_id = identities[d]
         log.warning("%s: its identity is in doubt (%s): it keeps the one it landed under, %s", d, ident.problem,
@@ -284,7 +287,7 @@ def _renamed(store: TableStore, cat: Catalog, dirs: list[DataDir],
         identities[d] = (replace(ident, cluster_id=landed_as[0], node_id=landed_as[1]), directory_id)
     if not rename.before:
         return set()
-    gone, first_gone = absent(store, cat, rename.clusters, found)
+    gone, first_gone = absent(store, cat, rename.clusters, (entry.path for dd in dirs for entry, _ in dd.files))
     if gone:
         for d, (cluster, node) in rename.before.items():
             ident, directory_id = identities[d]

@@ -2,7 +2,8 @@
 
 The ledger holds a row per file version ever landed, so it grows with the history: a fleet's hourly runs add a row
 per grown segment and per snapshot of every node, millions a year. A run needs of it only the latest row of each path
-it found (``latest_rows``: what changed since) and, of the clusters it lands files of, what it plans them against
+it found, and collects of that (``compare``) only the rows of the files that changed since and, per data directory,
+the names its unchanged files landed under; of the clusters it lands files of, what it plans them against
 (``landed_before``): which of them landed before, from which data directories, the offset intervals landed (only the
 maximal ones: an interval inside another adds nothing to an overlap test) and which of its own snapshots landed.
 """
@@ -30,6 +31,14 @@ COLUMNS = ("path", "cluster_id", "node_id", "data_dir", "file_kind", "snapshot_i
 
 
 @dataclass(frozen=True)
+class Compared:
+    """A run's listing against the ledger."""
+
+    changed: dict[str, dict[str, Any] | None]  # path -> its latest ledger row (None: new), of the files changed since
+    names: dict[str, set[tuple[str, int | None]]]  # data dir -> the (cluster, node)s its unchanged files landed as
+
+
+@dataclass(frozen=True)
 class LandedBefore:
     """Of the clusters a run lands files of, what earlier runs landed."""
 
@@ -38,18 +47,29 @@ class LandedBefore:
     dirs: dict[str, frozenset[str]]  # their data directories
 
 
-def latest_rows(store: TableStore, cat: Catalog, paths: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """The latest ledger row (``COLUMNS`` and ``mtime_ms``) of each of ``paths`` an earlier run landed."""
-    found = sorted(set(paths))
-    if not found:
-        return {}
+def compare(store: TableStore, cat: Catalog, listed: Iterable[tuple[str, int, int, str]]) -> Compared:
+    """The files of ``listed`` (path, size, modification time in ms, data directory) that are new or changed since
+    the latest ledger row of their path (size or modification time), with that row (``COLUMNS`` and ``mtime_ms``);
+    and per data directory the names its unchanged files landed under (``kraftlog.identity.renaming``)."""
+    rows = sorted(set(listed))
+    if not rows:
+        return Compared({}, {})
+    found = local_frame(store.spark, rows, "path string, _size long, _mtime long, _dir string")
+    newest = Window.partitionBy("path").orderBy(F.col("ingested_at").desc())
+    ledger = _ledger(store, cat).select(
+        *COLUMNS, (F.unix_micros("modification_time") / 1000).cast("long").alias("mtime_ms"))
+    latest = ledger.join(found.select("path"), "path").withColumn("_n", F.row_number().over(newest)) \
+        .filter(F.col("_n") == 1).drop("_n")
     # no broadcast hint: Spark broadcasts the listing when it is small, and joins it otherwise (an archive that
     # keeps every snapshot lists millions of files)
-    rows = _ledger(store, cat).join(local_frame(store.spark, [(p,) for p in found], "path string"), "path")
-    newest = Window.partitionBy("path").orderBy(F.col("ingested_at").desc())
-    kept = rows.withColumn("_n", F.row_number().over(newest)).filter(F.col("_n") == 1).select(
-        *COLUMNS, (F.unix_micros("modification_time") / 1000).cast("long").alias("mtime_ms"))
-    return {r["path"]: r.asDict() for r in kept.collect()}
+    both = found.join(latest, "path", "left")
+    same = (F.col("size") == F.col("_size")) & (F.col("mtime_ms") == F.col("_mtime"))
+    changed = {r["path"]: (r.asDict() if r["cluster_id"] is not None else None)
+               for r in both.filter(F.col("cluster_id").isNull() | ~same).drop("_size", "_mtime", "_dir").collect()}
+    names: dict[str, set[tuple[str, int | None]]] = {}
+    for r in both.filter(same).select("_dir", "cluster_id", "node_id").distinct().collect():
+        names.setdefault(r["_dir"], set()).add((r["cluster_id"], r["node_id"]))
+    return Compared(changed, names)
 
 
 def landed_before(store: TableStore, cat: Catalog, clusters: Iterable[str], snapshots: Iterable[str]
