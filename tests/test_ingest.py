@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -686,13 +688,31 @@ def _with_history(wh: Path, rows: int) -> None:
     write_deltalake(str(wh / "files"), pa.Table.from_pylist(out, landed.schema), mode="append")
 
 
-def test_an_ingest_collects_what_its_listing_names_not_the_history_of_the_ledger(
-        spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
+@contextlib.contextmanager
+def _collected() -> Iterator[list[int]]:
+    """The number of rows of each ``collect`` to the driver while in the block."""
+    from pyspark.sql.classic.dataframe import DataFrame
+
+    counts: list[int] = []
+    collect = DataFrame.collect
+
+    def counted(self: Any) -> Any:
+        rows = collect(self)
+        counts.append(len(rows))
+        return rows
+
+    DataFrame.collect = counted  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        DataFrame.collect = collect  # type: ignore[method-assign]
+
+
+def test_an_ingest_collects_what_its_listing_names_not_the_history_of_the_ledger(spark: Any, tmp_path: Path) -> None:
     """The ledger grows by a row per file version (millions a year in a fleet): a run reads in Spark the latest row of
     each file it found and, of the clusters it lands, what it plans against. With 20,000 rows of history (other
     clusters' files, older versions of its own), the hour's ingest of two grown segments lands what a warehouse
     without that history lands, and the driver collects a few dozen rows, not the ledger."""
-    from pyspark.sql.classic.dataframe import DataFrame
 
     data = tmp_path / "data"
     common = _topics(0, ["a", "b", "c"], 1)
@@ -705,17 +725,8 @@ def test_an_ingest_collects_what_its_listing_names_not_the_history_of_the_ledger
     for node in (1, 2):  # the hour: both nodes' active segment grew
         with open(data / f"node-{node}" / "__cluster_metadata-0" / "00000000000000000000.log", "ab") as fh:
             fh.write(_topics(3, ["d", "e"], 1))
-    collected: list[int] = []
-    collect = DataFrame.collect
-
-    def counted(self: Any) -> Any:
-        rows = collect(self)
-        collected.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(DataFrame, "collect", counted)
-    hour = _run(spark, [data], whs[0])
-    monkeypatch.setattr(DataFrame, "collect", collect)
+    with _collected() as collected:
+        hour = _run(spark, [data], whs[0])
     assert (hour.files_ingested, hour.rows_added) == (2, 2)
     assert sum(collected) < 100, collected
     _run(spark, [data], whs[1])
@@ -724,10 +735,9 @@ def test_an_ingest_collects_what_its_listing_names_not_the_history_of_the_ledger
 
 
 def test_a_run_collects_of_its_listing_what_changed_and_the_names_its_directories_landed_under(
-        spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
+        spark: Any, tmp_path: Path) -> None:
     """``compare``: of 60 files listed (an archive keeps every file), the driver collects the rows of the one that
     grew and the one that is new, and per data directory the names its unchanged files landed as."""
-    from pyspark.sql.classic.dataframe import DataFrame
 
     from kraftlog.spark.ledger import compare
     from kraftlog.storage import normalize
@@ -744,21 +754,13 @@ def test_a_run_collects_of_its_listing_what_changed_and_the_names_its_directorie
     (log_dir / f"{61:020d}.log").write_bytes(_topics(61, ["t61"], 1))
     listed = [(normalize(e.path), e.size, e.mtime_ms, normalize(dd.root)) for dd in scan([str(data)])
               for e, _ in dd.files]
-    collected: list[int] = []
-    collect = DataFrame.collect
-
-    def counted(self: Any) -> Any:
-        rows = collect(self)
-        collected.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(DataFrame, "collect", counted)
-    got = compare(DeltaRsStore(spark, str(wh)), catalog(), listed)
-    monkeypatch.setattr(DataFrame, "collect", collect)
+    with _collected() as collected:
+        got = compare(DeltaRsStore(spark, str(wh)), catalog(), listed)
     assert len(listed) == 61 and sum(collected) == 3, collected
     assert {Path(p).name: r is None for p, r in got.changed.items()} == {f"{59:020d}.log": False,
                                                                          f"{61:020d}.log": True}
-    assert got.changed[next(p for p in got.changed if p.endswith("59.log"))]["last_offset"] == 59
+    grown = got.changed[next(p for p in got.changed if p.endswith("59.log"))]
+    assert grown is not None and grown["last_offset"] == 59
     assert got.names == {listed[0][3]: {("c1", 1)}}
 
 
