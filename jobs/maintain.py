@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kraftlog.spark.maintenance import DEFAULT_RETENTION_HOURS, maintain
+from kraftlog.spark.maintenance import DEFAULT_RETENTION_HOURS, check_retention, maintain
 from kraftlog.spark.session import job_arguments, run_job
 from kraftlog.spark.store import store_for
 
@@ -25,7 +25,8 @@ def _options(ap: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, config, spark = job_arguments("kraftlog table upkeep", argv, _options)
+    args, config, spark = job_arguments("kraftlog table upkeep", argv, _options,
+                                        check=lambda a: check_retention(a.retention_hours))
     print(maintain(store_for(spark, config), config, z_order=args.z_order, vacuum=not args.no_vacuum,
                    retention_hours=args.retention_hours).line())
     return 0

@@ -306,12 +306,23 @@ def report(warehouse: str | None, conf_file: str | None, cluster: str | None, st
     click.echo(write_report(store, cluster, period, out))
 
 
+def _retention(hours: float) -> float:
+    """``--retention-hours``, checked before Spark starts (a bad value: a usage error, exit status 2)."""
+    from kraftlog.errors import UsageError
+    from kraftlog.spark.maintenance import check_retention
+
+    try:
+        return check_retention(hours)
+    except UsageError as e:
+        raise click.BadParameter(str(e)) from e
+
+
 @main.command()
 @click.option("--warehouse", help="Where the Delta tables live (default: the profile's, ./warehouse).")
 @_PROFILE
 @click.option("--z-order", is_flag=True, help="Z-order by cluster and time instead of compacting.")
 @click.option("--retention-hours", type=float, default=168.0, show_default=True,
-              help="Vacuum files unreferenced for longer than this.")
+              callback=lambda _c, _p, hours: _retention(hours), help="Vacuum files unreferenced for longer than this.")
 @click.option("--no-vacuum", is_flag=True, help="Compact only.")
 def maintain(warehouse: str | None, conf_file: str | None, z_order: bool, retention_hours: float,
              no_vacuum: bool) -> None:

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from conftest import SAMPLE
+from conftest import SAMPLE, load_job
 from services import table_rows, tables
 
 pytestmark = pytest.mark.spark
@@ -98,9 +98,9 @@ def test_maintain_compacts_and_vacuums_without_changing_a_row(spark: Any, sample
 
 def test_a_retention_is_hours_of_0_or_more_and_keeps_what_a_fraction_of_an_hour_asks(spark: Any, sample_events: Any,
                                                                                     tmp_path: Path) -> None:
-    """``--retention-hours`` below 0 or NaN fail in one line before anything is compacted (they ended in delta-rs'
-    ValueError, or int()'s, after the first table was); a fraction of an hour is rounded up, not down: 0.5 keeps the
-    files compaction just left unreferenced (rounded down to 0, as before, it removed them)."""
+    """``--retention-hours`` below 0 or NaN are usage errors before Spark starts, nothing compacted (they ended in
+    delta-rs' ValueError, or int()'s, after the first table was); a fraction of an hour is rounded up, not down: 0.5
+    keeps the files compaction just left unreferenced (rounded down to 0, as before, it removed them)."""
     from deltalake import DeltaTable
 
     from kraftlog.cli import main
@@ -109,10 +109,14 @@ def test_a_retention_is_hours_of_0_or_more_and_keeps_what_a_fraction_of_an_hour_
     wh = tmp_path / "wh"
     shutil.copytree(source, wh)
     versions = {n: DeltaTable(str(wh / n)).version() for n in tables(wh)}
-    for bad in ("-5", "nan"):
+    for bad in ("-5", "nan"):  # usage errors, before Spark starts (the job's too)
         out = CliRunner().invoke(main, ["maintain", "--warehouse", str(wh), "--retention-hours", bad])
-        assert out.exit_code == 1 and out.output.strip().splitlines()[-1] == (
-            f"Error: retention of {float(bad)} hours: a number of hours, 0 or more"), out.output
+        assert out.exit_code == 2 and out.output.strip().splitlines()[-1] == (
+            f"Error: Invalid value for '--retention-hours': retention of {float(bad)} hours: a number of hours, "
+            "0 or more"), out.output
+        with pytest.raises(SystemExit) as exit_status:
+            load_job("maintain").main(["--warehouse", str(wh), "--retention-hours", bad])
+        assert exit_status.value.code == 2
     assert {n: DeltaTable(str(wh / n)).version() for n in tables(wh)} == versions  # nothing compacted
     most = max(tables(wh), key=lambda n: len(DeltaTable(str(wh / n)).file_uris()))
     written = {p.name for p in (wh / most).glob("*.parquet")}

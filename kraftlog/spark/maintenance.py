@@ -146,6 +146,14 @@ def checkpoint(dt: Any, table: TableDef) -> None:
     dt.cleanup_metadata()
 
 
+def check_retention(hours: float) -> float:
+    """``hours``, a vacuum's retention: a ``UsageError`` unless it is a finite number of hours, 0 or more (the CLI and
+    the job ask before Spark starts)."""
+    if not 0 <= hours < math.inf:  # (NaN too)
+        raise UsageError(f"retention of {hours} hours: a number of hours, 0 or more")
+    return hours
+
+
 def maintain(store: TableStore, config: Config, z_order: bool = False, vacuum: bool = True,
              retention_hours: float = DEFAULT_RETENTION_HOURS, target: int = TARGET_FILE_BYTES) -> MaintainResult:
     """Compact (clustered, or z-order) and vacuum every table of ``store``'s warehouse, under its lease. Vacuum keeps
@@ -153,8 +161,7 @@ def maintain(store: TableStore, config: Config, z_order: bool = False, vacuum: b
     hours: rounded down, 1.5 would remove files unreferenced for an hour and a quarter)."""
     from deltalake import WriterProperties
 
-    if not 0 <= retention_hours < math.inf:  # (NaN too)
-        raise UsageError(f"retention of {retention_hours} hours: a number of hours, 0 or more")
+    check_retention(retention_hours)
     require_landed(store)
     run_id = new_run_id()
     result = MaintainResult(run_id)
