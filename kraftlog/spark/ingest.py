@@ -103,10 +103,9 @@ class IngestResult:
     def line(self) -> str:
         notes = "".join([
             f", IDENTITY CONFLICTS {self.identity_conflicts} (files.errors)" if self.identity_conflicts else "",
-            f", {self.renamed} data director{'y' if self.renamed == 1 else 'ies'} renamed (landed anew: "
-            f"{', '.join(self.relanded)})" if self.renamed else "",
-            f", RENAMING REFUSED for {self.names_kept} data director{'y' if self.names_kept == 1 else 'ies'} "
-            "(their files landed before are gone)" if self.names_kept else "",
+            f", {_directories(self.renamed)} renamed (landed anew: {', '.join(self.relanded)})" if self.renamed else "",
+            f", RENAMING REFUSED for {_directories(self.names_kept)} (their files landed before are gone)"
+            if self.names_kept else "",
             f", recovered {len(self.recovered)} interrupted run(s)" if self.recovered else "",
             f", deferred {self.files_deferred} (changed while read: the next run takes them)"
             if self.files_deferred else ""])
@@ -293,21 +292,24 @@ def _renamed(store: TableStore, cat: Catalog, dirs: list[DataDir],
             ident, directory_id = identities[d]
             identities[d] = (replace(ident, cluster_id=cluster, node_id=node), directory_id)
         result.names_kept = len(rename.before)
-        log.warning("the profile names %d data director%s otherwise than they landed (%s), but %d file(s) landed from "
-                    "before are not under the inputs any more (%s%s): their rows cannot be read again, so the names "
-                    "stay as landed", len(rename.before), "y" if len(rename.before) == 1 else "ies", rename.describe(),
-                    gone, first_gone, ", ..." if gone > 1 else "")
+        log.warning("the profile names %s otherwise than they landed (%s), but %d file(s) landed from before are not "
+                    "under the inputs any more (%s%s): their rows cannot be read again, so the names stay as landed",
+                    _directories(len(rename.before)), rename.describe(), gone, first_gone, ", ..." if gone > 1 else "")
         return set()
     result.renamed = len(rename.before)
     result.relanded = sorted(set(rename.clusters) | {c for c, _ in rename.after.values()})
-    log.warning("the profile names %d data director%s otherwise than they landed (%s): cluster(s) %s land again "
-                "under the names given now", len(rename.before), "y" if len(rename.before) == 1 else "ies",
-                rename.describe(), ", ".join(rename.clusters))
+    log.warning("the profile names %s otherwise than they landed (%s): cluster(s) %s land again under the names "
+                "given now", _directories(len(rename.before)), rename.describe(), ", ".join(rename.clusters))
     where = str(cluster_predicate(list(rename.clusters)))
     for table in (cat.core["records"], cat.core["batches"], cat.core["files"], cat.core["divergence"],
                   *cat.typed.values()):
         manifest.delete(table.name, where)
     return set(rename.clusters)
+
+
+def _directories(n: int) -> str:
+    """``1 data directory``, ``2 data directories``."""
+    return f"{n} data director{'y' if n == 1 else 'ies'}"
 
 
 def land_units(paths: list[str], together: Mapping[str, str]) -> dict[str, str]:

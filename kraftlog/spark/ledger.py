@@ -1,4 +1,4 @@
-"""What an ingest run reads of the ``files`` ledger, in Spark, collecting only what follows its own listing.
+"""What an ingest run reads of the ``files`` ledger, in Spark: it collects only what changed and what it plans with.
 
 The ledger holds a row per file version ever landed, so it grows with the history: a fleet's hourly runs add a row
 per grown segment and per snapshot of every node, millions a year. A run needs of it only the latest row of each path
