@@ -13,9 +13,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
-from conftest import SAMPLE, load_job
+from conftest import SAMPLE, examples, load_job
 from deltalake import DeltaTable
 from encoder import batch, metadata_value, record
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql.types import StructType
 
 from kraftlog.config import Config
@@ -89,8 +91,8 @@ def test_typed_tables_hold_every_ok_record_of_their_type(scenario: Any) -> None:
     wh, _ = scenario
     rec = _table(wh, "records")
     counts: dict[str, int] = {}
-    for t, st in zip(rec.column("record_type").to_pylist(), rec.column("status").to_pylist(), strict=True):
-        if st == "ok":
+    for t, status in zip(rec.column("record_type").to_pylist(), rec.column("status").to_pylist(), strict=True):
+        if status == "ok":
             counts[t] = counts.get(t, 0) + 1
     cat = catalog()
     for rtype, n in counts.items():
@@ -775,6 +777,45 @@ def test_the_maximal_offset_intervals_of_each_cluster(spark: Any) -> None:
                                 ("a", 21, 25), ("b", 0, 5), ("b", 1, 2)], ddl)
     want = local_frame(spark, [("a", 0, 10), ("a", 4, 12), ("a", 20, 30), ("b", 0, 5)], ddl)
     assert_df_equality(maximal(spans), want, ignore_row_order=True)
+
+
+@st.composite
+def _landed_and_segments(draw: Any) -> tuple[list[tuple[int, int]], list[Any]]:
+    """Offset intervals landed before (those of the grown segments' parts landed among them) and changed segments of
+    one cluster: new ones, and grown ones (their part landed before unchanged)."""
+    from kraftlog.planning import PlannedFile
+
+    def span() -> tuple[int, int]:
+        lo = draw(st.integers(0, 60))
+        return lo, lo + draw(st.integers(0, 15))
+
+    landed = [span() for _ in range(draw(st.integers(0, 6)))]
+    files = []
+    for i in range(draw(st.integers(1, 4))):
+        first, last = span()
+        grown = last > first and draw(st.booleans())
+        before = draw(st.integers(first, last - 1)) if grown else None
+        if before is not None:
+            landed.append((first, before))
+        files.append(PlannedFile(f"s{i}.log", "c", "segment", None, first, last, "x", 10 if grown else None, before,
+                                 grown))
+    return landed, files
+
+
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=_landed_and_segments())
+def test_a_plan_against_the_maximal_intervals_landed_is_the_plan_against_all_of_them(spark: Any, case: Any) -> None:
+    """``landed_before`` gives the plan only the maximal intervals landed (a growing segment leaves one interval per
+    hour): the plan is the same as against every interval, the grown segments' own parts included."""
+    from kraftlog.planning import Landed, plan_files
+    from kraftlog.spark.ledger import maximal
+    from kraftlog.spark.session import local_frame
+
+    landed, files = case
+    spans = local_frame(spark, [("c", lo, hi) for lo, hi in landed], "cluster_id string, first_offset long, "
+                        "last_offset long")
+    kept = tuple(sorted((r["first_offset"], r["last_offset"]) for r in maximal(spans).collect()))
+    assert plan_files(files, {"c": Landed(kept)}) == plan_files(files, {"c": Landed(tuple(sorted(landed)))})
 
 
 def test_a_corrupt_copy_loses_to_a_valid_replica_and_is_reported(spark: Any, tmp_path: Path) -> None:
