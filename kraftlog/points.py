@@ -60,17 +60,28 @@ def parse_point(text: str | None, now: datetime | None = None) -> tuple[int | No
 
 
 def check_in_log(cluster_id: str, offset: int, floor: int, last: int, snapshot_id: str | None,
-                 timestamp_ms: int | None = None) -> None:
-    """Raise ``ValueError`` naming the log's range when ``offset`` (resolved from ``timestamp_ms`` if given) is
+                 timestamp_ms: int | None = None, times: Callable[[], tuple[int | None, int | None]] | None = None
+                 ) -> None:
+    """Raise ``PointError`` naming the log's range when ``offset`` (resolved from ``timestamp_ms`` if given) is
     outside what is known of ``cluster_id``: from ``floor`` (the base snapshot ``snapshot_id``'s offset, or the
-    offset before the log's first) to ``last``."""
+    offset before the log's first) to ``last``. ``times``, asked only then: the epoch milliseconds of the first log
+    record past ``floor`` and of the last, which the error names too (a time asked for is easier to correct)."""
+    if not (timestamp_ms is not None and offset < 0) and floor <= offset <= last:
+        return
     start = f"offset {floor} (snapshot {snapshot_id})" if snapshot_id else f"offset {floor + 1}"
     known = f"its state is known from {start} to offset {last}"
+    first_ms, last_ms = times() if times is not None else (None, None)
+    if first_ms is not None and last_ms is not None:
+        known += f", its log records from {_iso(first_ms)} to {_iso(last_ms)}"
     if timestamp_ms is not None and offset < 0:
-        when = datetime.fromtimestamp(timestamp_ms / 1000, UTC).isoformat()
-        raise PointError(f"{when} is before the first record of {cluster_id}'s log; {known}")
-    if offset < floor or offset > last:
-        raise PointError(f"offset {offset} is outside the log of {cluster_id}: {known}")
+        raise PointError(f"{_iso(timestamp_ms)} is before the first record of {cluster_id}'s log; {known}")
+    raise PointError(f"offset {offset} is outside the log of {cluster_id}: {known}")
+
+
+def _iso(ms: int) -> str:
+    """Epoch milliseconds as an ISO-8601 UTC time, ``2026-11-21T03:14:00.123Z`` (whole seconds without a fraction)."""
+    text = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return text.replace(".000Z", "Z")
 
 
 # -- the log offset at a time ------------------------------------------------------------------------------------

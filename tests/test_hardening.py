@@ -6,6 +6,7 @@ bounded a batch by what Kafka can write, and required a snapshot's header and fo
 
 from __future__ import annotations
 
+import re
 import shutil
 import struct
 import zlib
@@ -468,6 +469,7 @@ def test_a_directory_named_like_a_segment_and_points_outside_the_log_are_named(t
     node = str(need(SCENARIO_A / "node-2"))
     before = CliRunner().invoke(main, ["state", node, "--at", "2001-01-01T00:00:00Z"])
     assert before.exit_code == 1 and "before the first record" in before.output and "to offset" in before.output
+    assert re.search(r"its log records from 20\d\d-\d\d-\d\dT[0-9:.]+Z to 20\d\d-", before.output), before.output
     after = CliRunner().invoke(main, ["state", node, "--at", "99999999"])
     assert after.exit_code == 1 and "outside the log" in after.output
 

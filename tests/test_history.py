@@ -263,6 +263,12 @@ def test_state_from_the_tables_equals_the_state_from_the_data_directories(sample
         assert a.exit_code == 0, a.output
         assert b.exit_code == 0, b.output
         assert json.loads(a.output) == json.loads(b.output), point
+    for outside in ("2001-01-01T00:00:00Z", "99999999"):  # the same error, naming offsets and times
+        a, b = _cli("state", "--warehouse", str(wh), "--at", outside), _cli("state", str(SAMPLE), "--at", outside)
+        assert a.exit_code == b.exit_code == 1 and a.output == b.output, (a.output, b.output)
+        first, last = (datetime.fromtimestamp(cluster.log[cluster.offsets[i]].timestamp / 1000, UTC) for i in (0, -1))
+        assert f"its log records from {first:%Y-%m-%dT%H:%M:%S}" in a.output and f"to {last:%Y-%m-%dT%H:%M:%S}" in \
+            a.output, a.output
     doc = json.loads(_cli("state", "--warehouse", str(wh), "--at", str(mid), "--kind", "partitions").output)
     assert doc["offset"] == mid and doc["partitions"] and set(doc) == {"cluster_id", "offset", "timestamp",
                                                                         "partitions"}

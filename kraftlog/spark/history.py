@@ -332,7 +332,13 @@ def image_at(store: TableStore, cluster_id: str, offset: int | None = None, time
     if offset is None:
         offset = last
     else:
-        check_in_log(cluster_id, offset, floor, last, r["base_snapshot_id"], timestamp_ms)
+        def times() -> tuple[int | None, int | None]:  # of the log records past the floor (asked only for an error)
+            row = records.filter((F.col("cluster_id") == cluster_id) & (F.col("source") == "log")
+                                 & (F.col("log_offset") > floor)).agg(
+                F.min_by(F.unix_millis("timestamp"), "log_offset").alias("first")).first()
+            return (row["first"] if row is not None else None), r["last_ms"]
+
+        check_in_log(cluster_id, offset, floor, last, r["base_snapshot_id"], timestamp_ms, times)
     at = (records.filter((F.col("cluster_id") == cluster_id) & (F.col("source") == "log")
                          & (F.col("log_offset") == offset)).select(F.unix_millis("timestamp").alias("ms")).first())
     ts = at["ms"] if at is not None else (r["base_ms"] or 0)

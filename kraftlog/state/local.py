@@ -179,8 +179,10 @@ def state_at(cl: ClusterLog, offset: int | None = None, timestamp_ms: int | None
     base = cl.base()
     floor = base.snapshot.offset if base.snapshot is not None else base.first - 1
     if offset is not None:
+        past = [o for o in cl.offsets if o > floor]
         check_in_log(cl.cluster_id, offset, floor, max(cl.offsets[-1] if cl.offsets else floor, floor),
-                     base.snapshot.snapshot_id if base.snapshot else None, timestamp_ms)
+                     base.snapshot.snapshot_id if base.snapshot else None, timestamp_ms,
+                     lambda: (cl.log[past[0]].timestamp, cl.log[past[-1]].timestamp) if past else (None, None))
     return replay(cl, math.inf if offset is None else offset).image
 
 
