@@ -72,16 +72,11 @@ def check_in_log(cluster_id: str, offset: int, floor: int, last: int, snapshot_i
     known = f"its state is known from {start} to offset {last}"
     first_ms, last_ms = times() if times is not None else (None, None)
     if first_ms is not None and last_ms is not None:
-        known += f", its log records from {_iso(first_ms)} to {_iso(last_ms)}"
+        known += f", its log records from {iso_ms(first_ms)} to {iso_ms(last_ms)}"
     if timestamp_ms is not None and offset < 0:
-        raise PointError(f"{_iso(timestamp_ms)} is before the first record of {cluster_id}'s log; {known}")
+        raise PointError(f"{iso_ms(timestamp_ms)} is before the first record of {cluster_id}'s log; {known}")
     raise PointError(f"offset {offset} is outside the log of {cluster_id}: {known}")
 
-
-def _iso(ms: int) -> str:
-    """Epoch milliseconds as an ISO-8601 UTC time, ``2026-11-21T03:14:00.123Z`` (whole seconds without a fraction)."""
-    text = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return text.replace(".000Z", "Z")
 
 
 # -- the log offset at a time ------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from deltalake import DeltaTable
 from encoder import batch, metadata_value, record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ledger_history import add_history
 from pyspark.sql.types import StructType
 
 from kraftlog.config import Config
@@ -672,24 +673,6 @@ def test_data_directories_renamed_after_their_old_segments_were_deleted_keep_the
     assert {r["cluster_id"] for r in _table(wh, "files").to_pylist()} == {"c1"}
 
 
-def _with_history(wh: Path, rows: int) -> None:
-    """``rows`` more ledger rows, as years of hourly runs leave them: nine in ten versions of other clusters' files
-    (paths of their own), one in ten older versions of the landed files (offsets and sizes smaller, a day older)."""
-    landed = _table(wh, "files")
-    out = []
-    for i in range(rows):
-        r = dict(landed.slice(i % landed.num_rows, 1).to_pylist()[0])
-        if i % 10:
-            prefix = f"s3://archive/fleet-{i % 50}/v{i}/"
-            r.update(path=prefix + r["path"], data_dir=prefix + r["data_dir"], cluster_id=f"fleet-{i % 50}")
-        else:
-            r.update(last_offset=(r["last_offset"] or 0) // 2, size=r["size"] // 2)
-        r["ingested_at"] = r["ingested_at"].replace(year=r["ingested_at"].year - 1)
-        out.append(r)
-    from deltalake import write_deltalake
-    write_deltalake(str(wh / "files"), pa.Table.from_pylist(out, landed.schema), mode="append")
-
-
 @contextlib.contextmanager
 def _collected() -> Iterator[list[int]]:
     """The number of rows of each ``collect`` to the driver while in the block."""
@@ -713,8 +696,8 @@ def _collected() -> Iterator[list[int]]:
 def test_an_ingest_collects_what_its_listing_names_not_the_history_of_the_ledger(spark: Any, tmp_path: Path) -> None:
     """The ledger grows by a row per file version (millions a year in a fleet): a run reads in Spark the latest row of
     each file it found and, of the clusters it lands, what it plans against. With 20,000 rows of history (other
-    clusters' files, older versions of its own), the hour's ingest of two grown segments lands what a warehouse
-    without that history lands, and the driver collects a few dozen rows, not the ledger."""
+    clusters' files, older versions of its own: ``ledger_history``), the hour's ingest of two grown segments lands
+    what a warehouse without that history lands, and the driver collects a few dozen rows, not the ledger."""
 
     data = tmp_path / "data"
     common = _topics(0, ["a", "b", "c"], 1)
@@ -723,7 +706,7 @@ def test_an_ingest_collects_what_its_listing_names_not_the_history_of_the_ledger
     whs = [tmp_path / "wh", tmp_path / "plain"]
     for wh in whs:
         _run(spark, [data], wh)
-    _with_history(whs[0], 20_000)
+    add_history(whs[0], 20_000)
     for node in (1, 2):  # the hour: both nodes' active segment grew
         with open(data / f"node-{node}" / "__cluster_metadata-0" / "00000000000000000000.log", "ab") as fh:
             fh.write(_topics(3, ["d", "e"], 1))

@@ -327,20 +327,19 @@ def image_at(store: TableStore, cluster_id: str, offset: int | None = None, time
     records = store.read(catalog()["records"])
     if timestamp_ms is not None:
         offset = offset_at(records, cluster_id, timestamp_ms, r["last_offset"])
+    log = records.filter((F.col("cluster_id") == cluster_id) & (F.col("source") == "log"))  # the cluster's log records
     last = r["last_offset"] if r["last_offset"] is not None else r["base_offset"]
     floor = r["base_offset"] if r["base_snapshot_id"] is not None else (r["first_offset"] or 0) - 1
     if offset is None:
         offset = last
     else:
         def times() -> tuple[int | None, int | None]:  # of the log records past the floor (asked only for an error)
-            row = records.filter((F.col("cluster_id") == cluster_id) & (F.col("source") == "log")
-                                 & (F.col("log_offset") > floor)).agg(
+            row = log.filter(F.col("log_offset") > floor).agg(
                 F.min_by(F.unix_millis("timestamp"), "log_offset").alias("first")).first()
             return (row["first"] if row is not None else None), r["last_ms"]
 
         check_in_log(cluster_id, offset, floor, last, r["base_snapshot_id"], timestamp_ms, times)
-    at = (records.filter((F.col("cluster_id") == cluster_id) & (F.col("source") == "log")
-                         & (F.col("log_offset") == offset)).select(F.unix_millis("timestamp").alias("ms")).first())
+    at = log.filter(F.col("log_offset") == offset).select(F.unix_millis("timestamp").alias("ms")).first()
     ts = at["ms"] if at is not None else (r["base_ms"] or 0)
     return to_image(state_at(read_histories(store), cluster_id, offset, kinds), offset, ts)
 

@@ -15,6 +15,7 @@ snapshot: the earliest snapshot at or after the start of the log's last gap-free
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from collections.abc import Callable, Iterable
@@ -179,10 +180,14 @@ def state_at(cl: ClusterLog, offset: int | None = None, timestamp_ms: int | None
     base = cl.base()
     floor = base.snapshot.offset if base.snapshot is not None else base.first - 1
     if offset is not None:
-        past = [o for o in cl.offsets if o > floor]
-        check_in_log(cl.cluster_id, offset, floor, max(cl.offsets[-1] if cl.offsets else floor, floor),
-                     base.snapshot.snapshot_id if base.snapshot else None, timestamp_ms,
-                     lambda: (cl.log[past[0]].timestamp, cl.log[past[-1]].timestamp) if past else (None, None))
+        offsets = cl.offsets
+
+        def times() -> tuple[int | None, int | None]:  # of the log records past the floor (asked only for an error)
+            past = offsets[bisect.bisect_right(offsets, floor):]
+            return (cl.log[past[0]].timestamp, cl.log[past[-1]].timestamp) if past else (None, None)
+
+        check_in_log(cl.cluster_id, offset, floor, max(offsets[-1] if offsets else floor, floor),
+                     base.snapshot.snapshot_id if base.snapshot else None, timestamp_ms, times)
     return replay(cl, math.inf if offset is None else offset).image
 
 
