@@ -85,8 +85,9 @@ def test_every_record_of_every_real_file_decodes(shared: Path) -> None:
     empty = 0
     for path in files:
         result = read_file(path)
-        if Path(path).stat().st_size == 0:  # a repository that kept empty files: one located error each
-            assert [e.kind for e in result.errors] == ["empty"], path
+        if Path(path).stat().st_size == 0:  # a repository that kept empty files: an empty snapshot is an error,
+            # an empty segment (Kafka's dump prints none) is one just rolled
+            assert [e.kind for e in result.errors] == (["empty"] if ".checkpoint" in str(path) else []), path
             empty += 1
             continue
         bad.extend(e.describe() for e in result.errors)

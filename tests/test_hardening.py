@@ -178,9 +178,11 @@ def test_a_snapshot_without_its_header_or_bytes_is_an_error(tmp_path: Path) -> N
     out = read_file(_copy(tmp_path, src, bytes(headless)))
     kinds = {e.kind for e in out.errors}
     assert "snapshot_incomplete" in kinds and "SnapshotHeader" in " ".join(e.reason for e in out.errors)
-    for name in (src.name, "00000000000000000900.log"):
-        empty = read_file(_copy(tmp_path, src, b"", name))
-        assert [(e.kind, e.position) for e in empty.errors] == [("empty", 0)]
+    empty = read_file(_copy(tmp_path, src, b""))
+    assert [(e.kind, e.position) for e in empty.errors] == [("empty", 0)] and src.name in empty.errors[0].describe()
+    assert not read_columns(b"", src.name).vectorized
+    rolled = read_file(_copy(tmp_path, src, b"", "00000000000000000900.log"))  # a segment just rolled: no batch yet
+    assert rolled.errors == [] and rolled.batches == [] and read_columns(b"", rolled.source).errors == []
 
 
 def test_a_whole_snapshot_is_still_clean(tmp_path: Path) -> None:

@@ -287,6 +287,30 @@ def test_a_grown_active_segment_and_a_new_segment_add_only_the_new_records(spark
     assert sum(1 for f, _ in pairs if f.endswith(last.name)) == len(read_file(last).batches)
 
 
+def test_a_segment_kafka_has_just_rolled_is_no_problem_and_lands_when_it_grows(spark: Any, tmp_path: Path) -> None:
+    """Kafka rolls a segment by creating the next one empty, named by its base offset, then appends to it: a run that
+    lists it in between reports no problem (``kafka-dump-log`` prints no error for it either), and the next run lands
+    what it grew by."""
+    md = _copy_node(tmp_path / "data") / "__cluster_metadata-0"
+    end = read_file(sorted(md.glob("*.log"))[-1]).batches[-1]
+    rolled = md / f"{end.last_offset + 1:020d}.log"
+    rolled.touch()
+    wh = tmp_path / "wh"
+    first = _run(spark, [tmp_path / "data"], wh)
+    assert first.errors == 0, first.line()
+    row = next(r for r in _table(wh, "files").to_pylist() if r["path"].endswith(rolled.name))
+    assert (row["status"], row["error_count"], row["errors"], row["records"]) == ("empty", 0, [], 0)
+
+    noop = metadata_value(next(m for m in S.metadata.values() if m.record_type == "NO_OP_RECORD"), {}, 0)
+    rolled.write_bytes(batch(end.last_offset + 1, [record(0, noop)], epoch=end.partition_leader_epoch,
+                             base_timestamp=end.max_timestamp + 500))
+    second = _run(spark, [tmp_path / "data"], wh)
+    assert (second.errors, second.files_ingested, second.rows_added) == (0, 1, 1), second.line()
+    offsets = [r["log_offset"] for r in _table(wh, "records").select(["log_offset", "snapshot_id"]).to_pylist()
+               if r["snapshot_id"] is None]
+    assert max(offsets) == end.last_offset + 1 and len(offsets) == len(set(offsets))
+
+
 def test_active_segments_growing_on_every_node_land_as_the_whole_log_at_once(spark: Any, tmp_path: Path) -> None:
     """The hourly case: the active segment grows on all six nodes and new snapshots land on each. Every landed table
     equals landing the end at once, and the choice among copies reads only past what each segment had (the records

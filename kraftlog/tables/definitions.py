@@ -220,7 +220,8 @@ def _files_schema() -> pa.Schema:
         col("first_offset", pa.int64(), "Smallest record offset in the file"),
         col("last_offset", pa.int64(), "Largest record offset in the file"),
         col("metadata_version", pa.string(), "Last metadata.version set in the file (e.g. 3.9-IV0)"),
-        col("status", pa.string(), "ok, errors (read, with problems) or unreadable"),
+        col("status", pa.string(), "ok, errors (read, with problems), unreadable, or empty (no bytes: a "
+            "segment Kafka has just rolled, or a snapshot that lost its bytes, an error)"),
         col("error_count", pa.int32(), "Number of problems"),
         col("errors", pa.list_(pa.string()), "The first problems: file@position: reason"),
         col("ingested_at", TS, "When this version of the file was ingested"),

@@ -245,7 +245,7 @@ def iter_batches(data: bytes, source: str = "", *, verify_crc: bool = True, pars
     """Yield every batch of ``data`` (a segment or snapshot file) and every problem, in file order.
 
     Problems with the framing of the file (truncated tail, impossible length, bad magic, an empty
-    file, a snapshot without its header or footer) are yielded as ``KraftDecodeError``; problems inside
+    snapshot, a snapshot without its header or footer) are yielded as ``KraftDecodeError``; problems inside
     one batch (CRC mismatch, out of order, a bad record) are attached to that batch's ``errors``.
     ``expect``: what the file's name says (see ``Expect``). ``on_batch`` runs on each batch before it
     is yielded (e.g. to decode its values). Nothing raises. ``start`` and ``order``: go on from the batch at byte
@@ -253,8 +253,9 @@ def iter_batches(data: bytes, source: str = "", *, verify_crc: bool = True, pars
     """
     expect = expect or Expect()
     n = len(data)
-    if n == 0 and (expect.snapshot or expect.first_offset is not None):
-        yield KraftDecodeError("empty file: no batches", source=source, position=0, kind="empty")
+    if n == 0 and expect.snapshot:  # written whole and renamed into place: empty, it lost its bytes
+        yield KraftDecodeError("empty snapshot: no batches (Kafka writes a snapshot whole, with a header and a "
+                               "footer)", source=source, position=0, kind="empty")
         return
     pos = start
     mv = memoryview(data)

@@ -309,13 +309,15 @@ def _in_order(h: np.ndarray, expect: Expect, epoch: int | None = None, then: int
     order = BatchOrder(expect.first_offset, expect.max_epoch, epoch)
     check = order.check
     epochs = h["partition_leader_epoch"].tolist()
+    if not epochs:
+        return True
     return not any(check(b, d, e, n) for b, d, e, n in zip(
         h["base_offset"].tolist(), h["last_offset_delta"].tolist(), epochs, [*epochs[1:], then], strict=True))
 
 
 def _walk(data: bytes, expect: Expect, epoch: int | None = None, then: int | None = None) -> LogColumns:
-    if not data and (expect.snapshot or expect.first_offset is not None):
-        raise _Irregular  # an empty segment or snapshot file is a problem the reference walker reports
+    if not data and expect.snapshot:
+        raise _Irregular  # an empty snapshot is a problem the reference walker reports
     at, crcs = _batch_frames(data)
     positions = np.asarray(at, np.int64)
     h = batch_headers(data, positions)
