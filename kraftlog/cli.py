@@ -145,15 +145,13 @@ class _States:
             if not redact:
                 raise click.ClickException("--no-redact needs data directories: the tables hold redacted values")
             from kraftlog.identity import choose_cluster
-            from kraftlog.spark.history import built_clusters, landed_past
+            from kraftlog.spark.history import built_clusters, stale_histories
 
             _, self.store, _ = _spark_store(warehouse, conf_file)
             built = built_clusters(self.store)
             self.cluster_id = choose_cluster(sorted(built), cluster)
-            last = built[self.cluster_id]["last_offset"]
-            if (past := landed_past(self.store, self.cluster_id, last)) is not None:
-                click.echo(f"warning: the histories of {self.cluster_id} end at offset {last}, the log landed since "
-                           f"reaches offset {past}: `kraftlog reconstruct` builds the rest", err=True)
+            if (stale := stale_histories(self.store, self.cluster_id, built[self.cluster_id]["last_offset"])):
+                click.echo(f"warning: {stale}", err=True)
         else:
             self.store = None
             self.log = _one_cluster(paths, cluster, redact)

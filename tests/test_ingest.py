@@ -657,9 +657,12 @@ def test_a_data_directory_whose_meta_properties_broke_after_landing_keeps_its_la
 def test_the_histories_and_events_of_a_cluster_renamed_after_landing_are_those_of_its_new_name(
         spark: Any, tmp_path: Path) -> None:
     """After a renaming, ``reconstruct`` and ``analyze`` drop the old name (gone) and build the new one: every table
-    equals that of a warehouse that had the new name from the start."""
+    equals that of a warehouse that had the new name from the start. Until then, ``state --warehouse`` of the old
+    name says that nothing of it is landed any more."""
+    from click.testing import CliRunner
     from services import table_rows, tables
 
+    from kraftlog.cli import main
     from kraftlog.spark.analyze import analyze
     from kraftlog.spark.history import reconstruct
 
@@ -667,8 +670,14 @@ def test_the_histories_and_events_of_a_cluster_renamed_after_landing_are_those_o
     for node in (1, 2):
         _node_dir(data, node, "c1", _topics(0, ["a", "b", "c"], 1))
     wh, fresh = tmp_path / "wh", tmp_path / "fresh"
-    for config in (_config(wh), _config(wh, cluster="prod-{cluster.id}"), _config(fresh, cluster="prod-{cluster.id}")):
+    configs = (_config(wh), _config(wh, cluster="prod-{cluster.id}"), _config(fresh, cluster="prod-{cluster.id}"))
+    for i, config in enumerate(configs):
         ingest(spark, [str(data)], config)
+        if i == 1:  # renamed, not built yet
+            old = CliRunner().invoke(main, ["state", "--warehouse", str(wh), "--cluster", "c1", "--kind", "topics"])
+            assert old.exit_code == 0 and '"c"' in old.stdout, old.output
+            assert ("warning: nothing of c1 is landed any more (its data directories land under another name): "
+                    "`kraftlog reconstruct` drops its histories") in old.stderr
         reconstruct(spark, config)
         analyze(spark, config)
     assert {r["cluster_id"] for r in _table(wh, "topics_history").to_pylist()} == {"prod-c1"}

@@ -304,17 +304,25 @@ def built_clusters(store: TableStore, wait_s: float = DEFAULT_TTL_S, poll_s: flo
     return {r["cluster_id"]: r.asDict() for r in rows}
 
 
-def landed_past(store: TableStore, cluster_id: str, last_offset: int | None) -> int | None:
-    """The greatest log offset landed for ``cluster_id`` when it is past ``last_offset`` (where its histories end:
-    a reconstruct has not run since, or failed); None where they reach it. The ingest ledger (a row per file) is
-    asked first; only where a segment there reaches past them are the records asked (a copy's tail that lost to
-    another's, which the ledger counts, never landed)."""
-    segments = (F.col("cluster_id") == cluster_id) & (F.col("file_kind") == "segment")
-    row = store.read(catalog()["files"]).filter(segments).agg(F.max("last_offset").alias("end")).first()
-    if row is None or row["end"] is None or (last_offset is not None and row["end"] <= last_offset):
+def stale_histories(store: TableStore, cluster_id: str, last_offset: int | None) -> str | None:
+    """Why the histories of ``cluster_id`` (ending at ``last_offset``) no longer follow its landed log, or None:
+    the log landed past them (a reconstruct has not run since, or failed), or nothing of the cluster is landed any
+    more (the profile renamed its data directories, which landed again under the new name). The ingest ledger (a row
+    per file) is asked first; only where a segment there reaches past them are the records asked (a copy's tail that
+    lost to another's, which the ledger counts, never landed)."""
+    segment = F.col("file_kind") == "segment"
+    row = store.read(catalog()["files"]).filter(F.col("cluster_id") == cluster_id) \
+        .agg(F.count(F.lit(1)).alias("files"), F.max(F.when(segment, F.col("last_offset"))).alias("end")).first()
+    if row is None or not row["files"]:
+        return (f"nothing of {cluster_id} is landed any more (its data directories land under another name): "
+                "`kraftlog reconstruct` drops its histories")
+    if row["end"] is None or (last_offset is not None and row["end"] <= last_offset):
         return None
     end = log_ends(LandedTables(store), [cluster_id]).get(cluster_id)
-    return end if end is not None and (last_offset is None or end > last_offset) else None
+    if end is None or (last_offset is not None and end <= last_offset):
+        return None
+    return (f"the histories of {cluster_id} end at offset {last_offset}, the log landed since reaches offset {end}: "
+            "`kraftlog reconstruct` builds the rest")
 
 
 def image_at(store: TableStore, cluster_id: str, offset: int | None = None, timestamp_ms: int | None = None,
