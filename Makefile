@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup test test-fast proptest run bench lint dist clean
+.PHONY: setup test test-fast proptest run jvm-archive bench lint dist clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,11 @@ proptest: $(STAMP)
 ## the main job, end to end, on the bundled sample: local Spark, Delta tables under ./warehouse
 run: $(STAMP)
 	$(BIN)/kraftlog run samples/scenario-a --warehouse warehouse --verify --report-dir out/reports
+
+## a class-data archive of the JVM classes a run loads, for the driver of an hourly application (kraftlog jvm-archive:
+## it prints the Java options that use it)
+jvm-archive: $(STAMP)
+	$(BIN)/kraftlog jvm-archive out/kraftlog.jsa samples/scenario-a
 
 ## decoder rate vs. the framing floor (one core); ingest and history build on local[2] (corpus, 10x corpus);
 ## the pipeline's wall time on each deployment path (local, S3, standalone cluster, Spark Connect); the pipeline on

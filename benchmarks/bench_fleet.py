@@ -20,7 +20,9 @@ For each input, on local[cores]:
   run's seconds vary by a quarter on a shared 2-core machine;
 * **increment as scheduled**: the same increment once more, run as an hourly schedule runs it: ``kraftlog run`` in
   a process of its own, a fresh JVM whose JIT compiles Spark's code anew (the runs above share this process's JVM,
-  warmed by the full build);
+  warmed by the full build); then once more with its driver's JVM started from a class-data archive of the classes
+  a run loads, its JIT stopped at C1 (``kraftlog jvm-archive``'s options; the archive written first, from the bundled
+  sample; ``--no-class-archive``: not run);
 * **increment through Spark Connect**: as the DAG's ``connect`` shape runs it: one Spark Connect server (local[cores],
   the profile's settings) kept up for ``--connect-runs`` hours, each ``kraftlog run`` a fresh client of it; the first
   hour finds the server cold, the median of the next three is reported, and the steady hour as above.
@@ -297,13 +299,22 @@ def non_noop_records(spark: Any, config: Any) -> int:
     return records.filter((F.col("source") == "log") & (F.col("record_type") != "NO_OP_RECORD")).count()
 
 
+def with_driver_options(config: Any, options: str) -> Any:
+    """``config`` whose driver JVM starts with the Java ``options`` (where kraftlog starts it: a fresh application)."""
+    from kraftlog.config import Config
+
+    spark = config.data["spark"]
+    return Config.load(**{**config.data, "spark": {**spark, "conf": {
+        **spark.get("conf", {}), "spark.driver.extraJavaOptions": options}}})
+
+
 def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores: int, increments: int = 1,
-              connect_runs: int = 0) -> dict[str, Any]:
+              connect_runs: int = 0, driver_options: str | None = None) -> dict[str, Any]:
     """The full build, then the increment ``increments`` times in this process, each from the warehouse and input
     the full build left (reported by reconstruct + analyze: the median of the first three runs, and where at least
     ``STEADY_AFTER`` ran before the last three, their median as the steady hour; every run's seconds listed beside),
-    once as scheduled (a fresh application) and ``connect_runs`` times through a Spark Connect server that stays
-    up."""
+    once as scheduled (a fresh application; with ``driver_options``, once more with its driver's JVM started with
+    them: ``kraftlog jvm-archive``'s) and ``connect_runs`` times through a Spark Connect server that stays up."""
     config = with_warehouse(base, work, name)
     warehouse = Path(config.warehouse)
     inputs, cut = split_input(source, work / f"in-{name}")
@@ -334,6 +345,10 @@ def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores:
 
     next_hour()
     result["increment_as_scheduled"] = as_scheduled(config, inputs, work)
+    if driver_options:
+        next_hour()
+        result["increment_as_scheduled_archived"] = as_scheduled(with_driver_options(config, driver_options), inputs,
+                                                                 work)
     if connect_runs:
         result["increment_through_connect"] = through_connect(config, inputs, work, next_hour, connect_runs)
     hours = hours_of(runs)
@@ -353,8 +368,9 @@ def run_input(spark: Any, base: Any, work: Path, name: str, source: Path, cores:
     for part in ("increment", "increment_steady"):
         if part in result:
             result[f"{part}_build_share"] = round(build_seconds(result[part]) / build_seconds(result["full"]), 3)
-    result["increment_as_scheduled_build_share"] = round(build_seconds(result["increment_as_scheduled"])
-                                                         / build_seconds(result["full"]), 3)
+    for part in ("increment_as_scheduled", "increment_as_scheduled_archived"):
+        if part in result:
+            result[f"{part}_build_share"] = round(build_seconds(result[part]) / build_seconds(result["full"]), 3)
     for part in ("hour", "steady"):
         if part in result.get("increment_through_connect", {}):
             result[f"increment_through_connect_{part}_build_share"] = round(
@@ -379,6 +395,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--connect-runs", type=int, default=1 + STEADY_AFTER + 3,
                     help="hourly runs of the increment through one Spark Connect server (the first finds it cold; "
                     "0: none)")
+    ap.add_argument("--no-class-archive", action="store_true",
+                    help="skip the hour as scheduled with its driver started from a class-data archive (kraftlog "
+                    "jvm-archive of the bundled sample, written first: about a minute) and its JIT at C1")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
@@ -393,6 +412,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results[f"generated {n}"] = written
         inputs.append((f"big x{scale}", where))
     with scratch_dir("kraftlog-fleet-") as work:
+        options = None
+        if not args.no_class_archive:
+            from kraftlog.spark.class_archive import write_archive
+
+            t = time.perf_counter()
+            archive = write_archive(work / "kraftlog.jsa", [str(ROOT / "samples" / "scenario-a")])
+            results["class_archive"] = {"classes": archive.classes, "seconds": round(time.perf_counter() - t, 1),
+                                        "options": archive.options}
+            options = archive.options
         if args.copies and args.corpus.exists():
             inputs.append((f"corpus x{args.copies}", copy_corpus(args.corpus, work / "corpus", args.copies)))
         base = local_config(args.cores)
@@ -400,7 +428,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, source in inputs:
             print(f"{name} ...", flush=True)
             results[name] = run_input(spark, base, work, name.replace(" ", ""), source, args.cores,
-                                      args.increments, args.connect_runs)
+                                      args.increments, args.connect_runs, options)
             print(results[name], flush=True)
         spark.stop()
     print(f"{'input':<12} {'part':<10} {'records':>10} {'ingest s':>8} {'recon s':>8} {'analyze s':>9} "
@@ -421,6 +449,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{name}: the increment's reconstruct + analyze took {results[name]['increment_build_share']:.1%} "
               f"of the full build's in a process's first three hours{steady}; as scheduled (kraftlog run, a fresh "
               f"JVM) {results[name]['increment_as_scheduled_build_share']:.1%}, the run {cold['run_seconds']} s")
+        if "increment_as_scheduled_archived" in results[name]:
+            archived = results[name]["increment_as_scheduled_archived"]
+            print(f"{name}: as scheduled, its driver started from the class-data archive with the JIT at C1 "
+                  f"({results['class_archive']['options']}): "
+                  f"{results[name]['increment_as_scheduled_archived_build_share']:.1%}, the run "
+                  f"{archived['run_seconds']} s")
         print(f"{name}: the increment's runs, reconstruct + analyze: {results[name]['increment_runs_build_seconds']}; "
               f"the reports of the hour's period: {results[name]['increment_runs_report_seconds']}, its pages "
               f"written (the last hour): {results[name]['increment_pages_seconds']} s")

@@ -165,13 +165,13 @@ def sample_events(spark, sample):  # type: ignore[no-untyped-def]
 
 
 # The test files that take longest, longest first: about 950 s (increments), 420 (deploy), 390 (airflow_dag), 190
-# (ingest), 170 (history), 140 (concurrency), 130 (s3), 100 (history_corpus), summed per file from CI's
-# ``--durations`` with two workers. ``make test`` hands whole files to its workers in collection order
+# (ingest), 170 (history), 140 (concurrency), 130 (s3), 100 (history_corpus), 90 (class_archive), summed per file
+# from CI's ``--durations`` with two workers. ``make test`` hands whole files to its workers in collection order
 # (``--dist loadfile --no-loadscope-reorder``), so these go first and the short files fill in behind them, for the
 # two workers to end together; xdist's default order (files with more tests first) put deploy, s3 and concurrency
 # (4 tests each) among the last.
 RUN_FIRST = ("test_increments.py", "test_deploy.py", "test_airflow_dag.py", "test_ingest.py", "test_history.py",
-             "test_concurrency.py", "test_s3.py", "test_history_corpus.py")
+             "test_concurrency.py", "test_s3.py", "test_history_corpus.py", "test_class_archive.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

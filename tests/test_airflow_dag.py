@@ -82,6 +82,14 @@ def test_dag_ships_the_packed_environment_when_told(tmp_path: Path) -> None:
                              "spark.pyspark.driver.python": "./env/bin/python"}
 
 
+@pytest.mark.parametrize("shape", ["steps", "one"])
+def test_dag_starts_each_driver_with_the_java_options_it_is_given(tmp_path: Path, shape: str) -> None:
+    options = "-XX:SharedArchiveFile=/opt/kraftlog/kraftlog.jsa -XX:TieredStopAtLevel=1"
+    dag = _dags(tmp_path, KRAFTLOG_DRIVER_JAVA_OPTIONS=options, KRAFTLOG_DAG_SHAPE=shape)
+    assert dag.tasks and all(task.conf == {"spark.driver.extraJavaOptions": options} for task in dag.tasks)
+    assert all(task.conf == {} for task in _dags(tmp_path, KRAFTLOG_DAG_SHAPE=shape).tasks)
+
+
 def test_dag_wires_the_jobs_in_order(dag: Any) -> None:
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
