@@ -26,7 +26,9 @@ BIN = Path(sys.executable).parent
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("jvm") / "kraftlog.jsa"
-    written = CliRunner().invoke(main, ["jvm-archive", str(out), str(SAMPLE)])
+    with pytest.MonkeyPatch.context() as mp:  # a Spark Connect server's address: not the JVM whose classes are listed
+        mp.setenv("SPARK_REMOTE", "sc://127.0.0.1:9")
+        written = CliRunner().invoke(main, ["jvm-archive", str(out), str(SAMPLE)])
     assert written.exit_code == 0, written.output
     assert f"-XX:SharedArchiveFile={out} -XX:TieredStopAtLevel=1" in written.output
     assert out.stat().st_size > 10 << 20 and not out.with_name(out.name + ".partial").exists()

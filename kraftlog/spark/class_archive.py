@@ -17,6 +17,7 @@ starts without it (``-Xshare:auto``, Java's default), so a stale archive costs t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -71,7 +72,10 @@ def write_archive(out: Path, inputs: list[str], python: str = sys.executable, ti
 
 
 def _run(command: list[str], what: str, timeout_s: float) -> None:
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+    """Run ``command`` with this environment, but a Spark Connect server's address (``SPARK_REMOTE``: the classes
+    listed are those of a JVM started here); its failure a ``UsageError`` with the end of what it printed."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False, env=env)
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
         raise UsageError(f"{what} failed (exit status {done.returncode}): {' '.join(command[:4])} ...\n{tail}")
