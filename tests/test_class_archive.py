@@ -82,3 +82,12 @@ def test_an_archive_that_cannot_be_written_says_why(tmp_path: Path) -> None:
     with pytest.raises(NoInputError, match="no KRaft data directory"):  # before any JVM starts
         write_archive(tmp_path / "k.jsa", [str(tmp_path / "nothing")])
     assert not (tmp_path / "k.jsa").exists()
+
+
+def test_a_step_that_fails_is_said_with_the_end_of_what_it_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kraftlog.spark.class_archive import _run
+
+    monkeypatch.setenv("SPARK_REMOTE", "sc://127.0.0.1:9")
+    _run([sys.executable, "-c", "import os, sys; sys.exit('SPARK_REMOTE' in os.environ)"], "the check", 60)
+    with pytest.raises(UsageError, match=r"(?s)the class-data dump failed \(exit status 1\): .*no such archive"):
+        _run([sys.executable, "-c", "import sys; sys.exit('no such archive')"], "the class-data dump", 60)

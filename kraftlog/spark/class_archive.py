@@ -63,10 +63,13 @@ def write_archive(out: Path, inputs: list[str], python: str = sys.executable, ti
               *inputs], "the run that lists the classes", timeout_s)
         jvm = json.loads(facts.read_text())
         java = str(Path(jvm["java_home"]) / "bin" / "java")
-        aside = out.with_name(out.name + ".partial")  # a dump that fails leaves no half archive under the name
-        _run([java, "-Xshare:dump", f"-XX:SharedClassListFile={classes}", f"-XX:SharedArchiveFile={aside}",
-              "-cp", jvm["class_path"], *jvm["module_options"]], "the class-data dump", timeout_s)
-        aside.replace(out)
+        aside = out.with_name(out.name + ".partial")  # a dump that fails leaves no half archive, under either name
+        try:
+            _run([java, "-Xshare:dump", f"-XX:SharedClassListFile={classes}", f"-XX:SharedArchiveFile={aside}",
+                  "-cp", jvm["class_path"], *jvm["module_options"]], "the class-data dump", timeout_s)
+            aside.replace(out)
+        finally:
+            aside.unlink(missing_ok=True)
         listed = sum(1 for line in classes.read_text().splitlines() if line and not line.startswith("#"))
     return Archive(out, listed, java)
 
