@@ -61,16 +61,27 @@ def test_an_hourly_run_started_from_the_archive_loads_spark_from_it(archive: Pat
                        f'"{_options(archive, log)}"\n')
     out = _ran([str(BIN / "kraftlog"), "run", str(SAMPLE), "--warehouse", str(tmp_path / "wh"), "--profile",
                 str(profile), "--quiet"], tmp_path)
-    assert "errors 0" in out
+    assert "errors 0" in out and "class-data archive" not in out
     shared, read = _shared(log)
     assert shared > 10_000 and read < 0.1 * shared, (shared, read)
+
+
+def test_a_driver_that_did_not_start_from_its_archive_says_so(tmp_path: Path) -> None:
+    profile = tmp_path / "stale.toml"  # an archive not there (as one written for another Java is not mapped either)
+    profile.write_text(f'[spark]\nmaster = "local[1]"\n[spark.conf]\n"spark.driver.extraJavaOptions" = '
+                       f'"-XX:SharedArchiveFile={tmp_path / "gone.jsa"} -XX:TieredStopAtLevel=1"\n')
+    out = _ran([str(BIN / "kraftlog"), "ingest", str(SAMPLE), "--warehouse", str(tmp_path / "wh"), "--profile",
+                str(profile), "--quiet"], tmp_path)
+    assert (f"the driver's JVM did not start from the class-data archive {tmp_path / 'gone.jsa'} (written for "
+            "another Java or other Spark jars, or not there): write it again with `kraftlog jvm-archive`") in out
+    assert "errors 0" in out
 
 
 def test_spark_submit_starts_a_job_from_the_archive(archive: Path, tmp_path: Path) -> None:
     log = tmp_path / "classes.log"
     out = _ran([str(BIN / "spark-submit"), "--master", "local[2]", "--driver-java-options", _options(archive, log),
                 str(ROOT / "jobs" / "ingest.py"), "--warehouse", str(tmp_path / "wh"), str(SAMPLE)], tmp_path)
-    assert "errors 0" in out
+    assert "errors 0" in out and "class-data archive" not in out
     shared, read = _shared(log)
     assert shared > 10_000 and read < 0.1 * shared, (shared, read)
 

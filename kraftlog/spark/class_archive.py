@@ -10,8 +10,9 @@ full build's running slower code: use both for the hourly application, neither f
 
 ``write_archive`` runs kraftlog's pipeline on a data directory (the bundled sample) in a JVM of its own that lists
 the classes it loads (``-XX:DumpLoadedClassList``), then has the same Java dump them, with the same class path, into
-the archive. An archive matches one Java build and one set of Spark jars: where either changed, the JVM says so and
-starts without it (``-Xshare:auto``, Java's default), so a stale archive costs the time it saved, nothing else.
+the archive. An archive matches one Java build and one set of Spark jars: where either changed, the JVM starts
+without it (``-Xshare:auto``, Java's default), so a stale archive costs the time it saved, nothing else, and kraftlog's
+session says so as it starts (``unused_archive``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kraftlog.errors import KraftlogError, UsageError
 
@@ -82,6 +84,21 @@ def _run(command: list[str], what: str, timeout_s: float) -> None:
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
         raise UsageError(f"{what} failed (exit status {done.returncode}): {' '.join(command[:4])} ...\n{tail}")
+
+
+def unused_archive(spark: Any) -> str | None:
+    """The class-data archive this session's driver JVM was asked to start from (``-XX:SharedArchiveFile``) where
+    it did not (written for another Java or other Spark jars: Java's ``-Xshare:auto`` then starts without any), else
+    None (none asked for, or mapped)."""
+    management = spark.sparkContext._jvm.java.lang.management
+    asked = [str(a).split("=", 1)[1] for a in management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+             if str(a).startswith("-XX:SharedArchiveFile=")]
+    if not asked:
+        return None
+    gateway = spark.sparkContext._gateway
+    bean = management.ManagementFactory.getPlatformMXBean(
+        gateway.jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    return None if str(bean.getVMOption("UseSharedSpaces").getValue()) == "true" else asked[-1]
 
 
 def _record(classes: str, facts: str, warehouse: str, inputs: list[str]) -> None:

@@ -122,7 +122,24 @@ def build_session(config: Config) -> SparkSession:
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(spark_conf.get("log_level", "WARN"))
+    _say_if_archive_unused(spark)
     return spark
+
+
+def _say_if_archive_unused(spark: SparkSession) -> None:
+    """Warn where the driver was asked to start from a class-data archive it could not map (``kraftlog
+    jvm-archive``): the hour then costs what it did without, silently."""
+    from kraftlog.spark.class_archive import unused_archive
+
+    try:
+        path = unused_archive(spark)
+    except Exception as e:  # a JVM without HotSpot's diagnostic bean: nothing to tell
+        logging.getLogger("kraftlog").debug("class-data archive not checked: %s", e)
+        return
+    if path is not None:
+        logging.getLogger("kraftlog").warning(
+            "the driver's JVM did not start from the class-data archive %s (written for another Java or other Spark "
+            "jars, or not there): write it again with `kraftlog jvm-archive`", path)
 
 
 def _try_set(spark: SparkSession, key: str, value: str) -> bool:
