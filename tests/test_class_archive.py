@@ -79,7 +79,9 @@ def test_a_driver_that_did_not_start_from_its_archive_says_so(tmp_path: Path) ->
 
 def test_spark_submit_starts_a_job_from_the_archive(archive: Path, tmp_path: Path) -> None:
     log = tmp_path / "classes.log"
-    out = _ran([str(BIN / "spark-submit"), "--master", "local[2]", "--driver-java-options", _options(archive, log),
+    # as the DAG's SparkSubmitOperator gives them (--driver-java-options is the same setting)
+    out = _ran([str(BIN / "spark-submit"), "--master", "local[2]",
+                "--conf", f"spark.driver.extraJavaOptions={_options(archive, log)}",
                 str(ROOT / "jobs" / "ingest.py"), "--warehouse", str(tmp_path / "wh"), str(SAMPLE)], tmp_path)
     assert "errors 0" in out and "class-data archive" not in out
     shared, read = _shared(log)
