@@ -49,13 +49,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         built = Config.load(**{**with_warehouse(base, work, "built").data, "identity": {"cluster": "{cluster.id}"}})
         ingest(spark, [str(before_hour)], built)
         for rows in args.rows:
-            inputs, warehouse = work / f"in-{rows}", work / f"wh-{rows}"
+            config = with_warehouse(built, work, str(rows))
+            inputs, warehouse = work / f"in-{rows}", Path(config.warehouse)
             shutil.copytree(before_hour, inputs)
             shutil.copytree(built.warehouse, warehouse)
             add_history(warehouse, rows)
             for f, target in last_hour:
                 shutil.copy(f, inputs / target.relative_to(before_hour))
-            config = Config.load(**{**built.data, "warehouse": {"path": str(warehouse)}})
             Path("/proc/self/clear_refs").write_text("5")  # the peak resident size starts again from here
             start_mb = round(rss_kb(os.getpid()) / 1024)
             t = time.perf_counter()

@@ -78,7 +78,6 @@ def check_in_log(cluster_id: str, offset: int, floor: int, last: int, snapshot_i
     raise PointError(f"offset {offset} is outside the log of {cluster_id}: {known}")
 
 
-
 # -- the log offset at a time ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -207,6 +207,14 @@ def spark_env(extra: dict[str, str] | None = None) -> dict[str, str]:
             **(extra or {})}
 
 
+def run_ok(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 900) -> str:
+    """What ``cmd`` printed (stdout, then stderr), asserting it exited 0 (the end of its output otherwise)."""
+    run = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, (cmd, out[-5000:])
+    return out
+
+
 def make_dist(dest: Path) -> Path:
     """``make dist`` into ``dest``; returns the packed environment."""
     run = subprocess.run(["make", "--no-print-directory", "dist", f"DIST={dest}"], cwd=ROOT, env=spark_env(),

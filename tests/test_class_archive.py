@@ -4,14 +4,13 @@ start when it cannot map it) and logs where each class came from."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT, SAMPLE
-from services import spark_env
+from services import run_ok, spark_env
 
 from kraftlog.cli import main
 from kraftlog.errors import UsageError
@@ -48,19 +47,13 @@ def _options(archive: Path, log: Path) -> str:
     return f"-Xshare:on -XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Xlog:class+load=info:file={log}"
 
 
-def _ran(cmd: list[str], cwd: Path) -> str:
-    done = subprocess.run(cmd, env=spark_env(), cwd=cwd, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, (cmd, (done.stdout + done.stderr)[-4000:])
-    return done.stdout + done.stderr
-
-
 def test_an_hourly_run_started_from_the_archive_loads_spark_from_it(archive: Path, tmp_path: Path) -> None:
     log = tmp_path / "classes.log"
     profile = tmp_path / "hourly.toml"
     profile.write_text(f'[spark]\nmaster = "local[2]"\n[spark.conf]\n"spark.driver.extraJavaOptions" = '
                        f'"{_options(archive, log)}"\n')
-    out = _ran([str(BIN / "kraftlog"), "run", str(SAMPLE), "--warehouse", str(tmp_path / "wh"), "--profile",
-                str(profile), "--quiet"], tmp_path)
+    out = run_ok([str(BIN / "kraftlog"), "run", str(SAMPLE), "--warehouse", str(tmp_path / "wh"), "--profile",
+                  str(profile), "--quiet"], spark_env(), tmp_path)
     assert "errors 0" in out and "class-data archive" not in out
     shared, read = _shared(log)
     assert shared > 10_000 and read < 0.1 * shared, (shared, read)
@@ -70,8 +63,8 @@ def test_a_driver_that_did_not_start_from_its_archive_says_so(tmp_path: Path) ->
     profile = tmp_path / "stale.toml"  # an archive not there (as one written for another Java is not mapped either)
     profile.write_text(f'[spark]\nmaster = "local[1]"\n[spark.conf]\n"spark.driver.extraJavaOptions" = '
                        f'"-XX:SharedArchiveFile={tmp_path / "gone.jsa"} -XX:TieredStopAtLevel=1"\n')
-    out = _ran([str(BIN / "kraftlog"), "ingest", str(SAMPLE), "--warehouse", str(tmp_path / "wh"), "--profile",
-                str(profile), "--quiet"], tmp_path)
+    out = run_ok([str(BIN / "kraftlog"), "ingest", str(SAMPLE), "--warehouse", str(tmp_path / "wh"), "--profile",
+                  str(profile), "--quiet"], spark_env(), tmp_path)
     assert (f"the driver's JVM did not start from the class-data archive {tmp_path / 'gone.jsa'} (written for "
             "another Java or other Spark jars, or not there): write it again with `kraftlog jvm-archive`") in out
     assert "errors 0" in out
@@ -80,9 +73,10 @@ def test_a_driver_that_did_not_start_from_its_archive_says_so(tmp_path: Path) ->
 def test_spark_submit_starts_a_job_from_the_archive(archive: Path, tmp_path: Path) -> None:
     log = tmp_path / "classes.log"
     # as the DAG's SparkSubmitOperator gives them (--driver-java-options is the same setting)
-    out = _ran([str(BIN / "spark-submit"), "--master", "local[2]",
-                "--conf", f"spark.driver.extraJavaOptions={_options(archive, log)}",
-                str(ROOT / "jobs" / "ingest.py"), "--warehouse", str(tmp_path / "wh"), str(SAMPLE)], tmp_path)
+    out = run_ok([str(BIN / "spark-submit"), "--master", "local[2]",
+                  "--conf", f"spark.driver.extraJavaOptions={_options(archive, log)}",
+                  str(ROOT / "jobs" / "ingest.py"), "--warehouse", str(tmp_path / "wh"), str(SAMPLE)],
+                 spark_env(), tmp_path)
     assert "errors 0" in out and "class-data archive" not in out
     shared, read = _shared(log)
     assert shared > 10_000 and read < 0.1 * shared, (shared, read)

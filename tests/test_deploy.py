@@ -8,7 +8,6 @@ test``), and an S3-compatible server for the warehouse.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from services import (
     create_bucket,
     make_dist,
     moto_s3,
+    run_ok,
     spark_env,
     standalone_cluster,
     upload,
@@ -34,13 +34,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 BIN = Path(sys.executable).parent
 PROBE = Path(__file__).parent / "deploy_probe.py"
-
-
-def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 900) -> str:
-    run = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    out = run.stdout + run.stderr
-    assert run.returncode == 0, (cmd, out[-5000:])
-    return out
 
 
 def _tagged(out: str, tag: str) -> Any:
@@ -57,17 +50,17 @@ def test_spark_submit_settings_win_over_the_profile(tmp_path: Path) -> None:
     profile = tmp_path / "profile.toml"
     profile.write_text('[spark]\nmaster = "local[2]"\n[spark.conf]\n"spark.sql.shuffle.partitions" = "8"\n'
                        '"spark.sql.files.maxPartitionBytes" = "64m"\n"spark.ui.enabled" = "false"\n')
-    out = _run([str(BIN / "spark-submit"), "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=3",
-                str(PROBE), "--profile", str(profile)], spark_env(), tmp_path)
+    out = run_ok([str(BIN / "spark-submit"), "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=3",
+                  str(PROBE), "--profile", str(profile)], spark_env(), tmp_path)
     session = _probe(out)["session"]
     assert "spark.master=local[1] " in session  # spark-submit's, not the profile's local[2]
     assert "spark.sql.shuffle.partitions=3 " in session
     assert "spark.sql.files.maxPartitionBytes=64m" in session  # set only by the profile: it applies
     # the real job, the same way: its log line reads the live session
     wh = tmp_path / "wh"
-    out = _run([str(BIN / "spark-submit"), "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=3",
-                str(ROOT / "jobs" / "ingest.py"), "--profile", str(profile), "--warehouse", str(wh), str(SAMPLE)],
-               spark_env(), tmp_path)
+    out = run_ok([str(BIN / "spark-submit"), "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=3",
+                  str(ROOT / "jobs" / "ingest.py"), "--profile", str(profile), "--warehouse", str(wh), str(SAMPLE)],
+                 spark_env(), tmp_path)
     assert "spark.master=local[1] " in out and "spark.sql.shuffle.partitions=3 " in out
     assert "errors 0" in out
     assert "clientserver" not in out  # kraftlog's log lines, not py4j's at every exit (``kraftlog.logs``)
@@ -110,8 +103,8 @@ def test_standalone_cluster_with_the_packed_environment(tmp_path: Path, standalo
     # the executors' interpreter and kraftlog, then the whole run (jobs/pipeline.py), in one application; Spark
     # Connect below runs the steps' own jobs. (No --verify: its replays run on the executors as reconstruct's do;
     # verify runs over S3 in test_s3, and in Spark Connect and the Airflow DAG.)
-    out = _run([*submit, str(PROBE), "--warehouse", wh, "--pages", "s3://kraftlog/pages", "--then", "pipeline",
-                "--warehouse", wh, "--report-dir", "s3://kraftlog/reports", "s3://kraftlog/archive"], env, tmp_path)
+    out = run_ok([*submit, str(PROBE), "--warehouse", wh, "--pages", "s3://kraftlog/pages", "--then", "pipeline",
+                  "--warehouse", wh, "--report-dir", "s3://kraftlog/reports", "s3://kraftlog/archive"], env, tmp_path)
     probe = _probe(out)
     assert probe["session"].startswith(f"spark.master={standalone} ")
     assert probe["python"] and all(p.endswith("/env/bin/python") and ".venv" not in p for p in probe["python"])
@@ -161,29 +154,29 @@ def test_spark_connect_runs_every_job(tmp_path: Path, connect: str, connect_dag:
     env = spark_env({"SPARK_REMOTE": connect})
     wh = str(connect_dag.warehouse)
     py = sys.executable
-    out = _run([py, str(ROOT / "jobs" / "ingest.py"), "--warehouse", wh, str(SAMPLE)], env, tmp_path)
+    out = run_ok([py, str(ROOT / "jobs" / "ingest.py"), "--warehouse", wh, str(SAMPLE)], env, tmp_path)
     assert "spark: connect" in out and "errors 0" in out and "new rows 0" in out, out
     # nothing new: a small run, interpreted by settings of the server's session for it (given back after)
-    out = _run([py, str(ROOT / "jobs" / "reconstruct.py"), "--warehouse", wh, "--verify"], env, tmp_path)
+    out = run_ok([py, str(ROOT / "jobs" / "reconstruct.py"), "--warehouse", wh, "--verify"], env, tmp_path)
     assert "0 cluster(s) replayed" in out and "expressions interpreted" in out, out
-    out = _run([py, str(ROOT / "jobs" / "analytics.py"), "--warehouse", wh], env, tmp_path)
+    out = run_ok([py, str(ROOT / "jobs" / "analytics.py"), "--warehouse", wh], env, tmp_path)
     assert "0 cluster(s) go on" in out, out
-    out = _run([py, str(ROOT / "jobs" / "report.py"), "--warehouse", wh, "--out-dir", str(tmp_path / "reports")],
-               env, tmp_path)
+    out = run_ok([py, str(ROOT / "jobs" / "report.py"), "--warehouse", wh, "--out-dir", str(tmp_path / "reports")],
+                 env, tmp_path)
     assert (tmp_path / "reports" / "index.html").exists()
     # the pages of several clusters, drawn and written by the server's Python workers (``write_pages``): copies of
     # the sample's report under other cluster ids (the warehouse holds one cluster), as on the standalone cluster
     from kraftlog.spark.reports import DRIVER_PAGES
 
     pages, n = tmp_path / "pages", DRIVER_PAGES + 2
-    out = _run([py, str(PROBE), "--warehouse", wh, "--pages", str(pages)], env, tmp_path)
+    out = run_ok([py, str(PROBE), "--warehouse", wh, "--pages", str(pages)], env, tmp_path)
     assert _probe(out)["session"].startswith("connect spark.master=")  # (through the server)
     uris = _tagged(out, "PAGES")
     assert uris == [f"file:{pages}/report-c{i}.html" for i in range(n)]  # (as normalized: a URI)
     assert sorted(p.name for p in pages.iterdir()) == sorted(f"report-c{i}.html" for i in range(n))
     assert all(f"<h1>KRaft metadata report: c{i}</h1>" in (pages / f"report-c{i}.html").read_text() for i in range(n))
     # the CLI too
-    out = _run([str(BIN / "kraftlog"), "state", "--warehouse", wh, "--kind", "brokers"], env, tmp_path)
+    out = run_ok([str(BIN / "kraftlog"), "state", "--warehouse", wh, "--kind", "brokers"], env, tmp_path)
     assert '"brokers"' in out
     # and the SQL functions register there (a TopicRecord's bytes, decoded on the server's Python workers)
     sql = ("from kraftlog.config import Config; from kraftlog.spark.session import build_session; "
@@ -192,7 +185,7 @@ def test_spark_connect_runs_every_job(tmp_path: Path, connect: str, connect_dag:
            "'0102000174000000000000000000000000000000010000')).type AS t\").first().t); "
            f"print('TABLE', s.sql(\"SELECT record_type FROM kraft_records(unhex('{_first_batch().hex()}'))\")"
            ".first().record_type)")
-    out = _run([py, "-c", sql], env, tmp_path)
+    out = run_ok([py, "-c", sql], env, tmp_path)
     assert "TYPE TOPIC_RECORD" in out and "TABLE LeaderChange" in out  # the UDTF runs on the server too
 
 
@@ -210,5 +203,5 @@ def test_the_wheel_carries_the_schemas_and_loads_them_as_a_zip(packed_env: Path,
     wheel = next(packed_env.parent.glob("kraftlog-*.whl"))
     code = (f"import sys; sys.path.insert(0, {str(wheel)!r}); import kraftlog.schema.registry as r; "
             "s = r.load_schemas(); print(r.__file__); print(len(s.metadata), len(s.control), r.schema_root())")
-    out = _run([sys.executable, "-c", code], spark_env(), tmp_path)
+    out = run_ok([sys.executable, "-c", code], spark_env(), tmp_path)
     assert f"{wheel}/kraftlog/schema/registry.py" in out and f"{wheel}/kraftlog/_schemas" in out

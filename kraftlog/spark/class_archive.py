@@ -90,15 +90,19 @@ def unused_archive(spark: Any) -> str | None:
     """The class-data archive this session's driver JVM was asked to start from (``-XX:SharedArchiveFile``) where
     it did not (written for another Java or other Spark jars: Java's ``-Xshare:auto`` then starts without any), else
     None (none asked for, or mapped)."""
-    management = spark.sparkContext._jvm.java.lang.management
-    asked = [str(a).split("=", 1)[1] for a in management.ManagementFactory.getRuntimeMXBean().getInputArguments()
-             if str(a).startswith("-XX:SharedArchiveFile=")]
+    asked = [a.split("=", 1)[1] for a in _arguments(spark) if a.startswith("-XX:SharedArchiveFile=")]
     if not asked:
         return None
-    gateway = spark.sparkContext._gateway
-    bean = management.ManagementFactory.getPlatformMXBean(
-        gateway.jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    java = spark.sparkContext._jvm.java
+    bean = java.lang.management.ManagementFactory.getPlatformMXBean(
+        java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
     return None if str(bean.getVMOption("UseSharedSpaces").getValue()) == "true" else asked[-1]
+
+
+def _arguments(spark: Any) -> list[str]:
+    """The options the session's driver JVM was started with."""
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    return [str(a) for a in runtime.getInputArguments()]
 
 
 def _record(classes: str, facts: str, warehouse: str, inputs: list[str]) -> None:
@@ -116,12 +120,10 @@ def _record(classes: str, facts: str, warehouse: str, inputs: list[str]) -> None
     spark = build_session(config)
     for _ in range(2):
         run_pipeline(spark, config, inputs, echo=lambda _: None)
-    java = spark.sparkContext._jvm.java  # type: ignore[union-attr]
-    system = java.lang.System
-    arguments = java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+    system = spark.sparkContext._jvm.java.lang.System  # type: ignore[union-attr]
     Path(facts).write_text(json.dumps({
         "java_home": system.getProperty("java.home"), "class_path": system.getProperty("java.class.path"),
-        "module_options": [str(a) for a in arguments if str(a).startswith(("--add-modules", "--add-exports"))]}))
+        "module_options": [a for a in _arguments(spark) if a.startswith(("--add-modules", "--add-exports"))]}))
     spark.stop()
 
 
