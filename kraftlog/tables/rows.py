@@ -411,17 +411,21 @@ class FileLander:
              columns: Mapping[int, LogColumns] | None = None) -> Iterator[dict[str, pa.Table]]:
         """Like ``land``, but rows short of a full chunk wait for the next ``feed`` or ``flush``.
 
-        ``columns``: files already read column-wise, by file id (they are not read again).
+        ``columns``: files already read column-wise, by file id (they are not read again). The cyclic GC is paused
+        throughout (reading a file makes a tuple per distinct value, landing it a dict per decoded value, none of them
+        in a cycle: the GC would scan them again and again as they pile up, a sixth of the land's time).
         """
-        for ref, keep in files:
-            content_sha256 = content_digest(ref.content, ref.start, keep.prefix.resume if keep.prefix else None)
-            if content_sha256 is None or (keep.sha256 is not None and content_sha256 != keep.sha256):
-                continue  # changed since the plan: the next run takes it
-            cols = (columns or {}).get(ref.file_id)
-            tail = keep.prefix.ingested.ranges(ref.content, ref.path, ref.start) \
-                if cols is None and keep.prefix else None
-            ranges = tail or ((cols,) if cols is not None else read_ranges(ref.content, ref.path) or ())
-            yield from self._file(ref, keep, content_sha256, ranges, rows_per_chunk, keep.prefix if tail else None)
+        with paused_gc():
+            for ref, keep in files:
+                content_sha256 = content_digest(ref.content, ref.start, keep.prefix.resume if keep.prefix else None)
+                if content_sha256 is None or (keep.sha256 is not None and content_sha256 != keep.sha256):
+                    continue  # changed since the plan: the next run takes it
+                cols = (columns or {}).get(ref.file_id)
+                tail = keep.prefix.ingested.ranges(ref.content, ref.path, ref.start) \
+                    if cols is None and keep.prefix else None
+                ranges = tail or ((cols,) if cols is not None else read_ranges(ref.content, ref.path) or ())
+                yield from self._file(ref, keep, content_sha256, ranges, rows_per_chunk,
+                                      keep.prefix if tail else None)
 
     def flush(self) -> Iterator[dict[str, pa.Table]]:
         """The rows waiting in the current chunk."""
@@ -457,16 +461,15 @@ class FileLander:
             n = len(cols.offset)
             for lo in range(0, max(n, 1), rows_per_chunk):
                 hi = min(n, lo + rows_per_chunk)
-                ch = self._chunk
-                with paused_gc():  # work and memory per slice follow the slice, not the file
-                    code = cols.code[lo:hi]
-                    rows = np.flatnonzero(kept[lo:hi])
-                    used = np.unique(code[rows])  # the distinct values landed (sorted codes), derived into the chunk
-                    entries = np.asarray([self._derived(ch, cols.distinct[i]) for i in used.tolist()], np.int64)
-                    ch.files.append(_FileColumns(ident.cluster_id, ident.node_id, ref.path, info.kind, snap, source))
-                    ch.records(cols, lo + rows, entries[np.searchsorted(used, code[rows])], snap_offset)
-                    ch.batches(cols, new_batches if lo == 0 else np.zeros(len(new_batches), np.bool_))
-                    counts.level = _last_level(code, levels) or counts.level
+                ch = self._chunk  # (work and memory per slice follow the slice, not the file)
+                code = cols.code[lo:hi]
+                rows = np.flatnonzero(kept[lo:hi])
+                used = np.unique(code[rows])  # the distinct values landed (sorted codes), derived into the chunk
+                entries = np.asarray([self._derived(ch, cols.distinct[i]) for i in used.tolist()], np.int64)
+                ch.files.append(_FileColumns(ident.cluster_id, ident.node_id, ref.path, info.kind, snap, source))
+                ch.records(cols, lo + rows, entries[np.searchsorted(used, code[rows])], snap_offset)
+                ch.batches(cols, new_batches if lo == 0 else np.zeros(len(new_batches), np.bool_))
+                counts.level = _last_level(code, levels) or counts.level
                 if ch.rows >= rows_per_chunk:
                     yield from self.flush()
             counts.add(cols)
