@@ -44,7 +44,8 @@ run: $(STAMP)
 jvm-archive: $(STAMP)
 	$(BIN)/kraftlog jvm-archive out/kraftlog.jsa samples/scenario-a
 
-## decoder rate vs. the framing floor (one core); ingest and history build on local[2] (corpus, 10x corpus);
+## decoder rate vs. the framing floor (one core); the land pass, the replay and topic deletions of a big cluster on
+## one core without Spark (bench_replay); ingest and history build on local[2] (corpus, 10x corpus);
 ## the pipeline's wall time on each deployment path (local, S3, standalone cluster, Spark Connect); the pipeline on
 ## a generated big cluster (1x and 4x) and the 10x corpus, full and an hourly increment (bench_fleet); the hourly run
 ## (ingest, reconstruct, verify, analyze) of a quiet cluster with a snapshot an hour, at 100 and 400 hours of history
@@ -54,6 +55,7 @@ jvm-archive: $(STAMP)
 ## plain PySpark worker and in one that loaded kraftlog (bench_tasks)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_decode.py --json out/bench-decode.json
+	$(BIN)/python benchmarks/bench_replay.py --json out/bench-replay.json
 	$(BIN)/python benchmarks/bench_ingest.py --json out/bench-ingest.json
 	$(BIN)/python benchmarks/bench_history.py --json out/bench-history.json
 	$(BIN)/python benchmarks/bench_deploy.py --json out/bench-deploy.json

@@ -123,6 +123,36 @@ def test_remove_topic_removes_partitions_and_topic_configs_but_not_broker_config
     assert list(e["configs"]) == [("BROKER", "", "log.retention.ms")]  # names from schemas/enums.json
 
 
+def test_remove_topic_finds_the_partitions_the_image_holds_however_they_came() -> None:
+    """RemoveTopic (and a TopicRecord of a topic the image holds) reads a topic's partitions from an index by topic
+    (``Replayer.group``): built on a first removal, kept by later records, built again after a snapshot replaced the
+    image or a restored state put entities in it."""
+    def partition(offset: int, topic: str, pid: int) -> Event:
+        return ev(offset, "PARTITION_RECORD", partition_id=pid, topic_id=topic, replicas=[1], isr=[1],
+                  removing_replicas=[], adding_replicas=[], leader=1, leader_epoch=0, partition_epoch=0)
+
+    r = run(ev(0, "TOPIC_RECORD", name="t", topic_id=T1), partition(1, T1, 0), partition(2, T1, 1),
+            ev(3, "TOPIC_RECORD", name="u", topic_id=T2), partition(4, T2, 0),
+            ev(5, "CONFIG_RECORD", resource_type=2, resource_name="u", name="retention.ms", value="1"),
+            ev(6, "REMOVE_TOPIC_RECORD", topic_id=T2))  # (the index is built)
+    e = r.image.entities
+    assert sorted(e["partitions"]) == [(T1, 0), (T1, 1)] and e["configs"] == {}
+    for event in (ev(7, "TOPIC_RECORD", name="u", topic_id=T2), partition(8, T2, 3), partition(9, T1, 2),
+                  ev(10, "CONFIG_RECORD", resource_type=2, resource_name="u", name="cleanup.policy", value="x")):
+        r.apply(event)  # (kept up to date by the replay's own changes)
+    e["partitions"][(T2, 7)] = dict(e["partitions"][(T2, 3)])  # a partition a restored state put in place
+    r.apply(ev(11, "REMOVE_TOPIC_RECORD", topic_id=T2))
+    assert sorted(r.image.entities["partitions"]) == [(T1, 0), (T1, 1), (T1, 2)]
+    assert r.image.entities["configs"] == {}
+    r.load_snapshot([ev(0, "TOPIC_RECORD", name="u", topic_id=T2), partition(1, T2, 5)], 50, 0)
+    r.apply(ev(51, "REMOVE_TOPIC_RECORD", topic_id=T2))
+    assert r.image.entities["partitions"] == {} and r.image.entities["topics"] == {} and not r.problems
+    r.apply(ev(52, "TOPIC_RECORD", name="t", topic_id=T1))
+    r.apply(partition(53, T1, 0))
+    r.apply(ev(54, "TOPIC_RECORD", name="t", topic_id=T1))  # a TopicRecord of a topic the image holds: a new
+    assert list(r.image.entities["topics"]) == [(T1,)] and r.image.entities["partitions"] == {}  # one, no partitions
+
+
 # -- configs, quotas, features, brokers --------------------------------------------------------------------
 
 def test_null_config_value_deletes_and_quota_remove_deletes() -> None:

@@ -160,6 +160,38 @@ class TopicsRead:
         return TopicsRead(self.topics | {t for t, _ in self.partitions})
 
 
+class _Groups:
+    """The keys of one kind of entities by group (``group(key)``: a topic's partitions, a topic's configs), so that a
+    rule removing a group (RemoveTopic) costs the group, not every entity of the kind, as in Kafka's image, where a
+    topic holds its partitions. Built from ``entities`` on first use and kept up to date by the replayer's own sets
+    and deletes (``added``, ``removed``); ``current`` tells whether it still holds the keys of ``entities`` (another
+    dict, or keys added otherwise, as a restored state: build it again)."""
+
+    def __init__(self, entities: dict[Key, Value], group: Callable[[Key], Any]):
+        self.entities, self.group = entities, group
+        self.keys: dict[Any, set[Key]] = {}
+        for key in entities:
+            self.keys.setdefault(group(key), set()).add(key)
+        self.size = len(entities)
+
+    def current(self, entities: dict[Key, Value]) -> bool:
+        return entities is self.entities and self.size == len(entities)
+
+    def added(self, key: Key) -> None:
+        self.keys.setdefault(self.group(key), set()).add(key)
+        self.size += 1
+
+    def removed(self, key: Key) -> None:
+        keys = self.keys.get(self.group(key))
+        if keys is not None and key in keys:
+            keys.remove(key)
+            self.size -= 1
+
+    def of(self, group: Any) -> list[Key]:
+        """The keys of ``group``, in order."""
+        return sorted(self.keys.get(group, ()))
+
+
 class Replayer:
     """Applies events to an ``Image`` and reports every entity change to ``on_change``."""
 
@@ -197,6 +229,7 @@ class Replayer:
         self._mv_names = load_schemas().enums["metadataVersion"]
         self._zk_names = load_schemas().enums["zkMigrationState"]
         self._name = load_schemas().enum_name  # enum values enter the image as Kafka's names
+        self._groups: dict[str, _Groups] = {}  # (``group``)
 
     # -- the records whose rule is one set or delete (arguments: data, offset, timestamp, value hash) ---------
     def _fence_broker(self, d: Value, offset: int, ts: int, _hash: int | None) -> None:
@@ -342,15 +375,33 @@ class Replayer:
 
     def _set(self, kind: str, key: Key, value: Value, offset: int, ts: int) -> None:
         entities = self.image.entities[kind]
-        if entities.get(key) != value:
+        before = entities.get(key)
+        if before != value:
             entities[key] = value
+            if before is None and kind in self._groups:
+                self._groups[kind].added(key)
             self._emit(Change(kind, key, value, offset, ts))
 
     def _delete(self, kind: str, key: Key, offset: int, ts: int) -> bool:
         if self.image.entities[kind].pop(key, None) is None:
             return False
+        if kind in self._groups:
+            self._groups[kind].removed(key)
         self._emit(Change(kind, key, None, offset, ts))
         return True
+
+    GROUPS: ClassVar[dict[str, Callable[[Key], Any]]] = {
+        "partitions": lambda key: key[0],  # a topic's partitions: (topic id, partition)
+        "configs": lambda key: key[:2],  # a resource's configs: (resource type, resource name, config)
+    }
+
+    def group(self, kind: str, group: Any) -> list[Key]:
+        """The keys of the entities of ``kind`` in ``group`` (``GROUPS``), in order."""
+        entities = self.image.entities[kind]
+        groups = self._groups.get(kind)
+        if groups is None or not groups.current(entities):
+            groups = self._groups[kind] = _Groups(entities, self.GROUPS[kind])
+        return groups.of(group)
 
     # -- cluster --------------------------------------------------------------------------------------
     def _register_broker(self, d: Value, o: int, t: int, h: int | None) -> None:
@@ -414,7 +465,7 @@ class Replayer:
     def _topic(self, d: Value, o: int, t: int, h: int | None) -> None:
         tid = d["topic_id"]
         if (tid,) in self.image.entities["topics"]:  # a new TopicImage: no partitions
-            for key in [k for k in self.image.entities["partitions"] if k[0] == tid]:
+            for key in self.group("partitions", tid):
                 self._delete("partitions", key, o, t)
         self._set("topics", (tid,), {"name": d["name"]}, o, t)
 
@@ -499,10 +550,10 @@ class Replayer:
         if topic is None:
             self.problems.append(f"offset {o}: RemoveTopic of unknown topic {tid}")
             return
-        for key in sorted(k for k in self.image.entities["partitions"] if k[0] == tid):
+        for key in self.group("partitions", tid):
             self._delete("partitions", key, o, t)
         self._delete("topics", (tid,), o, t)
-        for key in sorted(k for k in self.image.entities["configs"] if k[0] == "TOPIC" and k[1] == topic["name"]):
+        for key in self.group("configs", ("TOPIC", topic["name"])):
             self._delete("configs", key, o, t)
 
     # -- configs, quotas, acls, features, voters --------------------------------------------------------
