@@ -537,10 +537,12 @@ class Replayer:
             if not ids:
                 self.problems.append(f"offset {o}: ClearElr for unknown topic {name}")
                 return
+            keys = [key for tid in ids for key in self.group("partitions", tid)]  # (its partitions, not all)
         else:
-            ids = [k[0] for k in topics]
-        for key, p in list(self.image.entities["partitions"].items()):
-            if key[0] in ids and (p["elr"] or p["last_known_elr"]):
+            keys = list(self.image.entities["partitions"])
+        for key in keys:
+            p = self.image.entities["partitions"][key]
+            if p["elr"] or p["last_known_elr"]:
                 self._set("partitions", key, {**p, "elr": [], "last_known_elr": [],
                                               "partition_epoch": p["partition_epoch"] + 1}, o, t)
 
