@@ -59,8 +59,10 @@ def _services(paths: list[str], work: Path) -> Iterator[dict[str, Any]]:
         yield out
 
 
-def pipeline(path: str, source: Path, name: str, svc: dict[str, Any], work: Path, profile: Path) -> dict[str, float]:
-    """Seconds per step of one path on one input."""
+def pipeline(path: str, source: Path, name: str, svc: dict[str, Any], work: Path, profile: Path,
+             java_options: str = "") -> dict[str, float]:
+    """Seconds per step of one path on one input; ``java_options``: of every JVM of the application (its driver's,
+    and on a cluster its executors'), as ``kraftlog jvm-archive`` prints them."""
     s3 = svc.get("s3", {})
     if path == "local":
         inputs, wh, env = str(source), str(work / f"wh-{name}-local"), spark_env()
@@ -69,6 +71,8 @@ def pipeline(path: str, source: Path, name: str, svc: dict[str, Any], work: Path
     out: dict[str, float] = {}
     for step in STEPS:
         args = ["--warehouse", wh, "--profile", str(profile)] + ([inputs] if step == "ingest" else [])
+        jvm = ["--conf", f"spark.driver.extraJavaOptions={java_options}",
+               "--conf", f"spark.executor.extraJavaOptions={java_options}"] if java_options else []
         if path in ("local", "s3"):
             cmd = [str(BIN / "kraftlog"), step, *args]
         elif path == "standalone":
@@ -76,7 +80,7 @@ def pipeline(path: str, source: Path, name: str, svc: dict[str, Any], work: Path
             cmd = [str(BIN / "spark-submit"), "--master", svc["master"], "--archives", f"{svc['env']}#env",
                    "--conf", "spark.pyspark.python=./env/bin/python",
                    "--conf", f"spark.pyspark.driver.python={sys.executable}", "--conf", "spark.executor.memory=1500m",
-                   str(ROOT / "jobs" / JOBS[step]), *args]
+                   *jvm, str(ROOT / "jobs" / JOBS[step]), *args]
         else:
             env = {**env, "SPARK_REMOTE": svc["remote"]}
             cmd = [sys.executable, str(ROOT / "jobs" / JOBS[step]), *args]
@@ -90,6 +94,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--paths", default="local,s3,standalone,connect")
     ap.add_argument("--inputs", default="sample,corpus")
     ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus" / "real")
+    ap.add_argument("--java-options", default="",
+                    help="options of every JVM of the pipeline's applications (drivers; executors on a cluster), "
+                         "e.g. what `kraftlog jvm-archive` prints; not of the Connect server")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     paths = args.paths.split(",")
@@ -99,7 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="kraftlog-bench-deploy-") as tmp:
         work = Path(tmp)
         base = ('[spark]\nmaster = "local[2]"\nlog_level = "ERROR"\n[spark.conf]\n'
-                '"spark.ui.enabled" = "false"\n"spark.ui.showConsoleProgress" = "false"\n')
+                '"spark.ui.enabled" = "false"\n"spark.ui.showConsoleProgress" = "false"\n'
+                + (f'"spark.driver.extraJavaOptions" = "{args.java_options}"\n' if args.java_options else ""))
         profiles = {"sample": work / "sample.toml", "corpus": work / "corpus.toml"}
         profiles["sample"].write_text(base)
         # corpus clusters share tutorial ids: name them by their repository's folder too
@@ -110,10 +118,12 @@ def main(argv: list[str] | None = None) -> None:
                     n = upload(svc["s3"], sources[name], f"s3://bench/{name}")
                     print(f"{name}: {n} files uploaded", flush=True)
                 for path in paths:
-                    r = pipeline(path, sources[name], name, svc, work, profiles[name])
+                    r = pipeline(path, sources[name], name, svc, work, profiles[name],
+                                 args.java_options if path != "connect" else "")
                     results[f"{name}/{path}"] = r
                     print(f"{name:7} {path:10} " + "  ".join(f"{k} {v:6.1f} s" for k, v in r.items()), flush=True)
     results["machine"] = {"cores": os.cpu_count()}
+    results["java_options"] = args.java_options
     save_results(args.json, results)
 
 
