@@ -217,6 +217,12 @@ class Replayer:
     PARTITION_KEYED = frozenset({"PARTITION_CHANGE_RECORD"})
     TOPIC_KEYED = frozenset({"TOPIC_RECORD", "REMOVE_TOPIC_RECORD", "PARTITION_RECORD"})
     ANY_TOPIC = frozenset({"CLEAR_ELR_RECORD"})
+    # the entities a rule reads by group (``group``): a topic's partitions (by topic id), a resource's configs (by type
+    # and name), as Kafka's image holds them in their topic, for a RemoveTopic that costs the topic, not the image
+    GROUPS: ClassVar[dict[str, Callable[[Key], Any]]] = {
+        "partitions": lambda key: key[0],
+        "configs": lambda key: key[:2],
+    }
 
     def __init__(self, on_change: Callable[[Change], None] | None = None):
         self.image = Image()
@@ -389,11 +395,6 @@ class Replayer:
             self._groups[kind].removed(key)
         self._emit(Change(kind, key, None, offset, ts))
         return True
-
-    GROUPS: ClassVar[dict[str, Callable[[Key], Any]]] = {
-        "partitions": lambda key: key[0],  # a topic's partitions: (topic id, partition)
-        "configs": lambda key: key[:2],  # a resource's configs: (resource type, resource name, config)
-    }
 
     def group(self, kind: str, group: Any) -> list[Key]:
         """The keys of the entities of ``kind`` in ``group`` (``GROUPS``), in order."""
