@@ -17,7 +17,9 @@ land in the same pass that reads them for the first time.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from kraftlog.tables.rows import EVERY_OFFSET, Ingested, KeepSpec
@@ -66,8 +68,31 @@ class Plan:
     contested: list[str]
 
 
-def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    return a[0] <= b[1] and b[0] <= a[1]
+class _Overlaps:
+    """Offset intervals, each with a label, that tell whether one of another label overlaps a span, in O(log n) a
+    span (a catch-up run plans thousands of files, each against the others and against what landed before): sorted
+    by start, with the two greatest ends of distinct labels among the intervals starting up to each one."""
+
+    def __init__(self, intervals: list[tuple[tuple[int, int], Hashable]]):
+        intervals = sorted(intervals, key=lambda item: item[0][0])
+        self.starts = [lo for (lo, _), _ in intervals]
+        none: tuple[int, Hashable] = (-1 << 64, None)
+        top, second = none, none  # the greatest end so far, and the greatest of another label than top's
+        self.ends: list[tuple[tuple[int, Hashable], tuple[int, Hashable]]] = []
+        for (_, hi), label in intervals:
+            if hi > top[0]:
+                top, second = (hi, label), second if label == top[1] else top
+            elif hi > second[0] and label != top[1]:
+                second = (hi, label)
+            self.ends.append((top, second))
+
+    def any_other(self, span: tuple[int, int], label: Hashable) -> bool:
+        """Whether an interval of a label other than ``label`` overlaps ``span`` (both inclusive)."""
+        i = bisect_right(self.starts, span[1])  # the intervals that start at or before its end ...
+        if not i:
+            return False
+        top, second = self.ends[i - 1]
+        return (top if top[1] != label else second)[0] >= span[0]  # ... one of which ends at or after its start
 
 
 def plan_files(files: list[PlannedFile], landed: dict[str, Landed]) -> Plan:
@@ -95,6 +120,8 @@ def plan_files(files: list[PlannedFile], landed: dict[str, Landed]) -> Plan:
                 start = f.previous_last_offset + 1
                 own[f.path] = (f.first_offset, f.previous_last_offset)
             spans[f.path] = (start, f.last_offset) if start <= f.last_offset else None
+        others = _Overlaps([(s, p) for p, s in [*spans.items(), *own.items()] if s is not None])
+        prior = _Overlaps([(iv, iv) for iv in done.intervals])
         for f in group:
             grown = f.prefix_unchanged and f.previous_size is not None
             keep_batches = f.previous_size if grown else 0
@@ -110,10 +137,8 @@ def plan_files(files: list[PlannedFile], landed: dict[str, Landed]) -> Plan:
             if span is None:  # no records, or nothing past what was ingested
                 clean[f.path] = KeepSpec((), keep_batches or 0, sha256=f.sha256)
                 continue
-            others = [s for p, s in spans.items() if p != f.path and s is not None]
-            others += [s for p, s in own.items() if p != f.path and s is not None]
-            prior = [iv for iv in done.intervals if iv != own.get(f.path)]
-            if any(_overlaps(span, s) for s in others) or any(_overlaps(span, iv) for iv in prior):
+            # another file's offsets, or offsets landed before (but what this segment landed itself)
+            if others.any_other(span, f.path) or prior.any_other(span, own.get(f.path)):
                 contested.append(f.path)
             else:
                 clean[f.path] = KeepSpec((span,) if grown else (EVERY_OFFSET,), keep_batches or 0, sha256=f.sha256)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kraftlog.planning import MAX_OFFSET, Landed, ListedFile, PlannedFile, pack, plan_by_name, plan_files
 from kraftlog.tables.rows import EVERY_OFFSET, KeepSpec
 from kraftlog.wire.files import FileInfo, classify
@@ -35,6 +38,49 @@ def test_offsets_landed_by_an_earlier_run_make_a_new_file_compete() -> None:
     assert plan.contested == ["n2/0.log"]
     plan = plan_files([seg("n1/100.log", 100, 120)], {"c": Landed(((0, 99),))})
     assert plan.contested == []
+
+
+def _contested_by_definition(files: list[PlannedFile], landed: Landed) -> list[str]:
+    """The segments that compete, as the planner's rule says it: a span (a grown segment's, past what it landed)
+    overlapping another file's span or landed part, or offsets landed before other than its own landed part."""
+    def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
+        return a[0] <= b[1] and b[0] <= a[1]
+    spans, own = {}, {}
+    for f in files:
+        assert f.first_offset is not None and f.last_offset is not None
+        start = f.first_offset
+        if f.prefix_unchanged and f.previous_last_offset is not None:
+            start = f.previous_last_offset + 1
+            own[f.path] = (f.first_offset, f.previous_last_offset)
+        spans[f.path] = (start, f.last_offset) if start <= f.last_offset else None
+    out = []
+    for f in files:
+        span = spans[f.path]
+        if span is None:
+            continue
+        others = [s for p, s in [*spans.items(), *own.items()] if p != f.path and s is not None]
+        prior = [iv for iv in landed.intervals if iv != own.get(f.path)]
+        if any(overlaps(span, s) for s in others + prior):
+            out.append(f.path)
+    return sorted(out)
+
+
+_interval = st.tuples(st.integers(0, 60), st.integers(0, 12)).map(lambda t: (t[0], t[0] + t[1]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_interval, st.one_of(st.none(), st.integers(0, 14))), min_size=1, max_size=12),
+       st.lists(_interval, max_size=6))
+def test_the_files_that_compete_are_those_the_rule_names(files: list[tuple[tuple[int, int], int | None]],
+                                                        landed: list[tuple[int, int]]) -> None:
+    """Each file is checked against the others and the landed offsets by a sorted sweep (``_Overlaps``), not one by
+    one: its verdicts are the rule's, grown segments (their landed part their own) and repeated intervals included."""
+    planned = [seg(f"n{i % 3}/{i}.log", lo, hi, **({} if grew is None else {
+        "previous_size": 100, "previous_last_offset": min(lo + grew, hi), "prefix_unchanged": True}))
+        for i, ((lo, hi), grew) in enumerate(files)]
+    done = Landed(tuple(landed) + tuple(iv for iv in landed[:2]) + tuple(
+        (f.first_offset, f.previous_last_offset) for f in planned[:3] if f.previous_last_offset is not None))
+    assert plan_files(planned, {"c": done}).contested == _contested_by_definition(planned, done)
 
 
 def test_a_grown_segment_lands_its_tail_only() -> None:
