@@ -68,11 +68,11 @@ def pipeline(path: str, source: Path, name: str, svc: dict[str, Any], work: Path
         inputs, wh, env = str(source), str(work / f"wh-{name}-local"), spark_env()
     else:
         inputs, wh, env = f"s3://bench/{name}", f"s3://bench/wh-{name}-{path}", spark_env(s3)
+    jvm = ["--conf", f"spark.driver.extraJavaOptions={java_options}",
+           "--conf", f"spark.executor.extraJavaOptions={java_options}"] if java_options else []
     out: dict[str, float] = {}
     for step in STEPS:
         args = ["--warehouse", wh, "--profile", str(profile)] + ([inputs] if step == "ingest" else [])
-        jvm = ["--conf", f"spark.driver.extraJavaOptions={java_options}",
-               "--conf", f"spark.executor.extraJavaOptions={java_options}"] if java_options else []
         if path in ("local", "s3"):
             cmd = [str(BIN / "kraftlog"), step, *args]
         elif path == "standalone":

@@ -17,12 +17,11 @@ Best of ``--repeat`` runs each.
 from __future__ import annotations
 
 import argparse
-import base64
 import time
 from pathlib import Path
 from typing import Any
 
-from bigcluster import generated
+from bigcluster import generated, uid
 from common import ROOT, best_of, save_results
 
 
@@ -54,21 +53,18 @@ def _topic_image(topics: int, partitions: int) -> tuple[Any, list[Any]]:
     from kraftlog.state.replay import Event, Replayer
     from kraftlog.wire.messages import Decoded
 
-    def topic_id(i: int) -> str:
-        return base64.urlsafe_b64encode(i.to_bytes(16, "big"))[:22].decode()
-
     def event(offset: int, rtype: str, **data: Any) -> Event:
         return Event(offset, offset, 1, Decoded(None, rtype, 0, data))
     r, offset = Replayer(), 0
     for t in range(topics):
-        r.apply(event(offset, "TOPIC_RECORD", name=f"topic-{t}", topic_id=topic_id(t)))
+        r.apply(event(offset, "TOPIC_RECORD", name=f"topic-{t}", topic_id=uid(t)))
         offset += 1
         for p in range(partitions // topics):
-            r.apply(event(offset, "PARTITION_RECORD", partition_id=p, topic_id=topic_id(t), replicas=[1, 2, 3],
+            r.apply(event(offset, "PARTITION_RECORD", partition_id=p, topic_id=uid(t), replicas=[1, 2, 3],
                           isr=[1, 2, 3], removing_replicas=[], adding_replicas=[], leader=1, leader_epoch=0,
                           partition_epoch=0))
             offset += 1
-    return r, [event(offset + t, "REMOVE_TOPIC_RECORD", topic_id=topic_id(t)) for t in range(topics)]
+    return r, [event(offset + t, "REMOVE_TOPIC_RECORD", topic_id=uid(t)) for t in range(topics)]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
