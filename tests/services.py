@@ -217,9 +217,7 @@ def run_ok(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 900)
 
 def make_dist(dest: Path) -> Path:
     """``make dist`` into ``dest``; returns the packed environment."""
-    run = subprocess.run(["make", "--no-print-directory", "dist", f"DIST={dest}"], cwd=ROOT, env=spark_env(),
-                         capture_output=True, text=True, timeout=1200)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run_ok(["make", "--no-print-directory", "dist", f"DIST={dest}"], spark_env(), ROOT, timeout=1200)
     return dest / "kraftlog-env.tar.gz"
 
 
@@ -334,9 +332,8 @@ def airflow_dags_test(work: Path, shape: str, connect: str | None = None) -> Dag
                                                                 "port": int(port)})
     airflow = str(bin_dir / "airflow")
     for cmd in (["db", "migrate"], ["dags", "reserialize"], ["dags", "test", "kraftlog", "2026-11-21T04:00:00+00:00"]):
-        run = subprocess.run([airflow, *cmd], env=env, cwd=work, capture_output=True, text=True, timeout=1200)
-        assert run.returncode == 0, (cmd, run.stdout[-3000:], run.stderr[-3000:])
-    return DagRun(run.stdout + run.stderr, wh, reports)
+        out = run_ok([airflow, *cmd], env, work, timeout=1200)
+    return DagRun(out, wh, reports)
 
 
 def assert_dag_ran(run: DagRun, tasks: list[str]) -> None:

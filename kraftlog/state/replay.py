@@ -531,7 +531,7 @@ class Replayer:
         self._set("partitions", key, new, o, t)
 
     def _clear_elr(self, d: Value, o: int, t: int, h: int | None) -> None:
-        topics = self.image.entities["topics"]
+        topics, partitions = self.image.entities["topics"], self.image.entities["partitions"]
         name = d["topic_name"]
         if name:
             ids = [k[0] for k, v in topics.items() if v["name"] == name]
@@ -540,9 +540,9 @@ class Replayer:
                 return
             keys = [key for tid in ids for key in self.group("partitions", tid)]  # (its partitions, not all)
         else:
-            keys = list(self.image.entities["partitions"])
+            keys = list(partitions)
         for key in keys:
-            p = self.image.entities["partitions"][key]
+            p = partitions[key]
             if p["elr"] or p["last_known_elr"]:
                 self._set("partitions", key, {**p, "elr": [], "last_known_elr": [],
                                               "partition_epoch": p["partition_epoch"] + 1}, o, t)
