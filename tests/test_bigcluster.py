@@ -179,7 +179,8 @@ def spin():
 
 if os.fork() == 0:
     spin()
-    (d / "spun").write_text(str(os.getpid()))
+    (d / "spun.tmp").write_text(str(os.getpid()))
+    os.rename(d / "spun.tmp", d / "spun")  # (whole or not there: the test reads it as soon as it exists)
     while not (d / "go").exists():
         time.sleep(0.01)
     spin()
