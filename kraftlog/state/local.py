@@ -30,7 +30,7 @@ from kraftlog.state.replay import Change, Event, Image, Replayer
 from kraftlog.tables.copies import SNAPSHOT_COPY_ORDER, copy_rank
 from kraftlog.tables.rows import CORRUPT_BATCH, value_hash
 from kraftlog.wire.discover import DataDir, find_data_dirs
-from kraftlog.wire.files import BOOTSTRAP, SEGMENT, parse_meta_properties, read_file
+from kraftlog.wire.files import BOOTSTRAP, SEGMENT, parse_meta_properties, paused_gc, read_file
 from kraftlog.wire.messages import Decoded
 from kraftlog.wire.redact import Redactor, default_redactor
 
@@ -159,16 +159,17 @@ def replay(cl: ClusterLog, upto: float = math.inf, on_change: Callable[[Change],
         if on_offset is not None and marks[mi] == base.first - 1:
             on_offset(marks[mi], r.image)
         mi += 1
-    for o in cl.offsets:
-        if o < base.first:
-            continue
-        if o > upto:
-            break
-        r.apply(cl.log[o])
-        while mi < len(marks) and marks[mi] <= o:
-            if marks[mi] == o and on_offset is not None:
-                on_offset(o, r.image)
-            mi += 1
+    with paused_gc():  # (the image's dicts and lists are acyclic: the cyclic GC would rescan them, for nothing)
+        for o in cl.offsets:
+            if o < base.first:
+                continue
+            if o > upto:
+                break
+            r.apply(cl.log[o])
+            while mi < len(marks) and marks[mi] <= o:
+                if marks[mi] == o and on_offset is not None:
+                    on_offset(o, r.image)
+                mi += 1
     r.finish()
     return r
 

@@ -100,8 +100,24 @@ def quota_entity(parts: list[dict[str, Any]]) -> str:
 
 
 def _default_to_migrating(directories: list[str] | None, n: int) -> list[str]:
-    """``PartitionRegistration.defaultToMigrating``."""
-    return [MIGRATING] * n if not directories else list(directories)
+    """``PartitionRegistration.defaultToMigrating`` (``directories`` itself where it has some: see ``_held``)."""
+    return directories or _migrating(n)
+
+
+@functools.cache
+def _migrating(n: int) -> list[str]:
+    return [MIGRATING] * n
+
+
+_EMPTY: list[Any] = []
+
+
+def _held(values: list[Any]) -> list[Any]:
+    """A list as the image holds it: ``values`` itself, or the one empty list for every empty one. The image's values
+    are never changed in place (a version is a new dict, sharing the lists the one before holds), so a list is shared
+    as is, and the history rows of a big cluster point to few distinct ones (their Arrow conversion reads memory in
+    cache, not a list object allocated anywhere for each version)."""
+    return values if values else _EMPTY
 
 
 def _directories_from(replicas: list[int], directories: list[str], new_replicas: list[int]) -> list[str]:
@@ -475,16 +491,17 @@ class Replayer:
         if topic is None:
             self.problems.append(f"offset {o}: PartitionRecord for unknown topic {d['topic_id']}")
             return
-        replicas = list(d["replicas"])
+        replicas = d["replicas"]
         dirs = d.get("directories")
         if dirs and len(dirs) != len(replicas):
             self.problems.append(f"offset {o}: PartitionRecord for {(d['topic_id'], d['partition_id'])} with "
                                  f"{len(dirs)} directories for {len(replicas)} replicas")
             return
         self._set("partitions", (d["topic_id"], d["partition_id"]), {
-            "topic_name": topic["name"], "replicas": replicas, "isr": list(d["isr"]),
-            "removing_replicas": list(d["removing_replicas"]), "adding_replicas": list(d["adding_replicas"]),
-            "elr": list(d.get("eligible_leader_replicas") or []), "last_known_elr": list(d.get("last_known_elr") or []),
+            "topic_name": topic["name"], "replicas": replicas, "isr": _held(d["isr"]),
+            "removing_replicas": _held(d["removing_replicas"]), "adding_replicas": _held(d["adding_replicas"]),
+            "elr": _held(d.get("eligible_leader_replicas") or _EMPTY),
+            "last_known_elr": _held(d.get("last_known_elr") or _EMPTY),
             "leader": d["leader"],
             "leader_recovery_state": self._name("leaderRecoveryState", d.get("leader_recovery_state", 0)),
             "leader_epoch": d["leader_epoch"], "partition_epoch": d["partition_epoch"],
@@ -498,7 +515,7 @@ class Replayer:
             return
         new = dict(p)
         if d.get("replicas") is not None:
-            new["replicas"] = list(d["replicas"])
+            new["replicas"] = d["replicas"]
         dirs = d.get("directories")
         if dirs:
             n = len(d["replicas"]) if d.get("replicas") is not None else len(p["replicas"])
@@ -506,9 +523,9 @@ class Replayer:
                 self.problems.append(f"offset {o}: PartitionChangeRecord for {key} with {len(dirs)} directories "
                                      f"for {n} replicas")
                 return
-            new_dirs = list(dirs)
+            new_dirs = dirs
         elif d.get("replicas") is not None:
-            new_dirs = _directories_from(p["replicas"], p["directories"], list(d["replicas"]))
+            new_dirs = _directories_from(p["replicas"], p["directories"], d["replicas"])
         else:
             new_dirs = p["directories"]
         new["directories"] = _default_to_migrating(new_dirs, len(p["replicas"]))
@@ -516,7 +533,7 @@ class Replayer:
                             ("adding_replicas", "adding_replicas"), ("eligible_leader_replicas", "elr"),
                             ("last_known_elr", "last_known_elr")):
             if d.get(field_) is not None:
-                new[col] = list(d[field_])
+                new[col] = _held(d[field_])
         leader = d.get("leader", -2)
         if leader != -2:
             new["leader"] = leader
