@@ -411,10 +411,9 @@ def test_verify_finds_no_difference_at_any_reachable_snapshot_of_the_corpus_and_
                 problems += [f"{root.name} {c.snapshot_id}: {d.describe()}" for d in c.differences]
     assert checked >= 160, checked  # 132 in scenario A's six nodes, the rest in the corpus and local runs
     assert problems == []
-    # the lists the replayer shares among versions (``_held``) were never changed in place by all those replays
-    from kraftlog.state import replay as replay_module
-    assert replay_module._EMPTY == []
-    assert all(replay_module._migrating(n) == [replay_module.MIGRATING] * n for n in range(8))
+    # the lists the replayer shares among versions (``shared``) were never changed in place by all those replays
+    from kraftlog.state.replay import _SHARED
+    assert _SHARED and all(list(values) == held for values, held in _SHARED.items())
 
 
 def test_diff_lists_every_changed_field(scenario: Any) -> None:

@@ -100,24 +100,27 @@ def quota_entity(parts: list[dict[str, Any]]) -> str:
 
 
 def _default_to_migrating(directories: list[str] | None, n: int) -> list[str]:
-    """``PartitionRegistration.defaultToMigrating`` (``directories`` itself where it has some: see ``_held``)."""
-    return directories or _migrating(n)
+    """``PartitionRegistration.defaultToMigrating`` (as the image holds lists: ``shared``)."""
+    return shared(directories) if directories else shared([MIGRATING] * n)
 
 
-@functools.cache
-def _migrating(n: int) -> list[str]:
-    return [MIGRATING] * n
+_SHARED: dict[tuple[Any, ...], list[Any]] = {}  # lists by their values (``shared``)
+SHARED_KEPT = 1 << 16  # at most so many (forgotten all at once past that)
 
 
-_EMPTY: list[Any] = []
-
-
-def _held(values: list[Any]) -> list[Any]:
-    """A list as the image holds it: ``values`` itself, or the one empty list for every empty one. The image's values
-    are never changed in place (a version is a new dict, sharing the lists the one before holds), so a list is shared
-    as is, and the history rows of a big cluster point to few distinct ones (their Arrow conversion reads memory in
-    cache, not a list object allocated anywhere for each version)."""
-    return values if values else _EMPTY
+def shared(values: list[Any]) -> list[Any]:
+    """``values`` as the image holds a list: one list object for all lists of the same values (a cluster's partitions
+    name few combinations of replicas and directories). The image's values are never changed in place (a version is a
+    new dict, sharing the lists of the one before), so the rows of a partition's versions point to a few lists of the
+    whole cluster, which their conversion to Arrow reads in cache: a list of each record's own, allocated wherever,
+    made a reconstruct task's replay of a big cluster a fifth slower."""
+    key = tuple(values)
+    held = _SHARED.get(key)
+    if held is None:
+        if len(_SHARED) >= SHARED_KEPT:
+            _SHARED.clear()
+        held = _SHARED[key] = values
+    return held
 
 
 def _directories_from(replicas: list[int], directories: list[str], new_replicas: list[int]) -> list[str]:
@@ -491,17 +494,17 @@ class Replayer:
         if topic is None:
             self.problems.append(f"offset {o}: PartitionRecord for unknown topic {d['topic_id']}")
             return
-        replicas = d["replicas"]
+        replicas = shared(d["replicas"])
         dirs = d.get("directories")
         if dirs and len(dirs) != len(replicas):
             self.problems.append(f"offset {o}: PartitionRecord for {(d['topic_id'], d['partition_id'])} with "
                                  f"{len(dirs)} directories for {len(replicas)} replicas")
             return
         self._set("partitions", (d["topic_id"], d["partition_id"]), {
-            "topic_name": topic["name"], "replicas": replicas, "isr": _held(d["isr"]),
-            "removing_replicas": _held(d["removing_replicas"]), "adding_replicas": _held(d["adding_replicas"]),
-            "elr": _held(d.get("eligible_leader_replicas") or _EMPTY),
-            "last_known_elr": _held(d.get("last_known_elr") or _EMPTY),
+            "topic_name": topic["name"], "replicas": replicas, "isr": shared(d["isr"]),
+            "removing_replicas": shared(d["removing_replicas"]), "adding_replicas": shared(d["adding_replicas"]),
+            "elr": shared(d.get("eligible_leader_replicas") or []),
+            "last_known_elr": shared(d.get("last_known_elr") or []),
             "leader": d["leader"],
             "leader_recovery_state": self._name("leaderRecoveryState", d.get("leader_recovery_state", 0)),
             "leader_epoch": d["leader_epoch"], "partition_epoch": d["partition_epoch"],
@@ -515,7 +518,7 @@ class Replayer:
             return
         new = dict(p)
         if d.get("replicas") is not None:
-            new["replicas"] = d["replicas"]
+            new["replicas"] = shared(d["replicas"])
         dirs = d.get("directories")
         if dirs:
             n = len(d["replicas"]) if d.get("replicas") is not None else len(p["replicas"])
@@ -528,12 +531,13 @@ class Replayer:
             new_dirs = _directories_from(p["replicas"], p["directories"], d["replicas"])
         else:
             new_dirs = p["directories"]
-        new["directories"] = _default_to_migrating(new_dirs, len(p["replicas"]))
+        if new_dirs is not p["directories"] or not new_dirs:  # (else the version before holds them as the image does)
+            new["directories"] = _default_to_migrating(new_dirs, len(p["replicas"]))
         for field_, col in (("isr", "isr"), ("removing_replicas", "removing_replicas"),
                             ("adding_replicas", "adding_replicas"), ("eligible_leader_replicas", "elr"),
                             ("last_known_elr", "last_known_elr")):
             if d.get(field_) is not None:
-                new[col] = _held(d[field_])
+                new[col] = shared(d[field_])
         leader = d.get("leader", -2)
         if leader != -2:
             new["leader"] = leader
