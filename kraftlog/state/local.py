@@ -147,6 +147,12 @@ def load_clusters(paths: Iterable[str | Path], redact: bool = True) -> list[Clus
 def replay(cl: ClusterLog, upto: float = math.inf, on_change: Callable[[Change], None] | None = None,
            at_offsets: Iterable[int] = (), on_offset: Callable[[int, Image], None] | None = None) -> Replayer:
     """Replay ``cl`` up to offset ``upto`` (inclusive); ``on_offset`` sees the image after each of ``at_offsets``."""
+    with paused_gc():  # (the image's dicts and lists are acyclic: the cyclic GC would rescan them, for nothing)
+        return _replayed(cl, upto, on_change, at_offsets, on_offset)
+
+
+def _replayed(cl: ClusterLog, upto: float, on_change: Callable[[Change], None] | None, at_offsets: Iterable[int],
+              on_offset: Callable[[int, Image], None] | None) -> Replayer:
     r = Replayer(on_change)
     base = cl.base()
     snap = base.snapshot
@@ -159,17 +165,16 @@ def replay(cl: ClusterLog, upto: float = math.inf, on_change: Callable[[Change],
         if on_offset is not None and marks[mi] == base.first - 1:
             on_offset(marks[mi], r.image)
         mi += 1
-    with paused_gc():  # (the image's dicts and lists are acyclic: the cyclic GC would rescan them, for nothing)
-        for o in cl.offsets:
-            if o < base.first:
-                continue
-            if o > upto:
-                break
-            r.apply(cl.log[o])
-            while mi < len(marks) and marks[mi] <= o:
-                if marks[mi] == o and on_offset is not None:
-                    on_offset(o, r.image)
-                mi += 1
+    for o in cl.offsets:
+        if o < base.first:
+            continue
+        if o > upto:
+            break
+        r.apply(cl.log[o])
+        while mi < len(marks) and marks[mi] <= o:
+            if marks[mi] == o and on_offset is not None:
+                on_offset(o, r.image)
+            mi += 1
     r.finish()
     return r
 
