@@ -5,8 +5,9 @@ the cost of deleting topics from a big image.
 
 * **land**: ``FileLander.land`` over the generated cluster's segments (``bigcluster.py``; what an ingest task does
   with a file's bytes: read column-wise, decode, Kafka JSON, typed rows as Arrow), records per second;
-* **replay**: the cluster's log through ``Replayer`` and ``Versions`` (what a reconstruct task does with its
-  stream, the history rows made but not converted to Arrow), records per second;
+* **replay**: the cluster's log through ``Replayer`` and ``Versions`` (the local replay, what a reconstruct task does
+  with its stream but for reading it: the history rows made but not converted to Arrow), records per second; then
+  the same with the rows converted to Arrow as the task converts them;
 * **topic deletions**: ``--deletes`` RemoveTopic records applied to an image of 10,000 topics and 150,000
   partitions (Kafka deletes a topic's partitions with it: the cost should follow the topic's partitions, not the
   image's).
@@ -34,17 +35,30 @@ def _land(data_dir: Path) -> int:
     return sum(chunk["records"].num_rows for chunk in FileLander("bench").land(refs) if "records" in chunk)
 
 
-def _replay(cluster: Any) -> int:
+def _replay(cluster: Any, arrow: bool = False) -> int:
+    """The cluster's replay into history rows; ``arrow``: the rows converted to Arrow as a reconstruct task converts
+    them (``kraftlog.spark.replay``'s sink, in batches of its size), not only counted."""
+    from kraftlog.spark.replay import _Sink
     from kraftlog.state.history import Versions
     from kraftlog.state.local import replay
 
     rows = [0]
+    sink = _Sink()
 
     def count(_kind: str, _row: Any) -> None:
         rows[0] += 1
-    history = Versions(cluster.cluster_id, count)
+
+    def convert(kind: str, row: Any) -> None:
+        rows[0] += 1
+        sink.version(kind, row)
+        if sink.count >= 1 << 16:
+            for _ in sink.drain():
+                pass
+    history = Versions(cluster.cluster_id, convert if arrow else count)
     replay(cluster, on_change=history.add)
     history.finish()
+    for _ in sink.drain():
+        pass
     return rows[0]
 
 
@@ -90,6 +104,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    replay_records_per_s=round(replayed / seconds))
     print(f"replay: {replayed:,} records in {seconds:.2f} s ({replayed / seconds:,.0f} records/s, one core), "
           f"{rows:,} history rows", flush=True)
+    seconds, _ = best_of(lambda: _replay(cluster, arrow=True), args.repeat)
+    results.update(replay_arrow_seconds=round(seconds, 2), replay_arrow_records_per_s=round(replayed / seconds))
+    print(f"replay, rows to Arrow as a reconstruct task makes them: {seconds:.2f} s ({replayed / seconds:,.0f} "
+          "records/s, one core)", flush=True)
 
     elapsed, left = [], 0
     for _ in range(max(1, args.repeat)):  # (the image built anew each time; only the deletions timed)
