@@ -38,7 +38,7 @@ def _land(data_dir: Path) -> int:
 def _replay(cluster: Any, arrow: bool = False) -> int:
     """The cluster's replay into history rows; ``arrow``: the rows converted to Arrow as a reconstruct task converts
     them (``kraftlog.spark.replay``'s sink, in batches of its size), not only counted."""
-    from kraftlog.spark.replay import _Sink
+    from kraftlog.spark.replay import BATCH_ROWS, _Sink
     from kraftlog.state.history import Versions
     from kraftlog.state.local import replay
 
@@ -51,7 +51,7 @@ def _replay(cluster: Any, arrow: bool = False) -> int:
     def convert(kind: str, row: Any) -> None:
         rows[0] += 1
         sink.version(kind, row)
-        if sink.count >= 1 << 16:
+        if sink.count >= BATCH_ROWS:  # (as the task checks it: no generator per row)
             for _ in sink.drain():
                 pass
     history = Versions(cluster.cluster_id, convert if arrow else count)

@@ -47,6 +47,7 @@ from kraftlog.wire.messages import Decoded
 STATE, SNAPSHOT, LOG, END = -1, 0, 1, 2  # phases of one replay's stream, in order
 MAX_PROBLEMS = 100  # problems kept per replay_ranges row (a summary line counts the rest)
 SPLIT_OFFSETS = 400_000  # a cluster's replay gets one part per so many log offsets it replays (at most one per core)
+BATCH_ROWS = 1 << 16  # a replay task hands its history rows over (as Arrow) once it holds so many
 
 
 # -- the stream ---------------------------------------------------------------------------------------------
@@ -473,7 +474,7 @@ def _record(data: str, absent: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _replay_partition(batches: Iterable[pa.RecordBatch], bases: dict[str, ClusterBase], parts: dict[str, int],
-                      sources: list[_Source], build_id: str, built_at: datetime, batch_rows: int = 1 << 16
+                      sources: list[_Source], build_id: str, built_at: datetime, batch_rows: int = BATCH_ROWS
                       ) -> Iterator[dict[str, pa.Table]]:
     with paused_gc():  # replay builds millions of acyclic dicts: the cyclic GC would rescan them, for nothing
         yield from _replay_batches(batches, bases, parts, sources, build_id, built_at, batch_rows)

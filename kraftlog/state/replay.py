@@ -565,7 +565,7 @@ class Replayer:
         for key in keys:
             p = partitions[key]
             if p["elr"] or p["last_known_elr"]:
-                self._set("partitions", key, {**p, "elr": [], "last_known_elr": [],
+                self._set("partitions", key, {**p, "elr": shared([]), "last_known_elr": shared([]),
                                               "partition_epoch": p["partition_epoch"] + 1}, o, t)
 
     def _remove_topic(self, d: Value, o: int, t: int, h: int | None) -> None:
