@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +196,49 @@ def test_log_health(events: dict[str, pd.DataFrame], sample: Any) -> None:
     assert h.crc_failures.sum() == 0 and events["log_gaps"].empty
     snaps = events["snapshots"]
     assert len(snaps) > 0 and (snaps.dropna(subset=["offsets_since_previous"]).offsets_since_previous > 0).all()
+
+
+def test_every_event_table_has_one_row_per_key(events: dict[str, pd.DataFrame]) -> None:
+    for name, table in event_tables().items():
+        df = events[name]
+        assert not df.duplicated(subset=list(table.key)).any(), (name, df[df.duplicated(list(table.key), keep=False)])
+
+
+def test_a_snapshot_with_several_files_is_one_row(spark: Any) -> None:
+    """A node's snapshot found in several files (its data directory under two roots, as an archive copied to a new
+    prefix; a ``.checkpoint.deleted`` file as Kafka deletes it): one ``snapshots`` row, deleted where a file is, its
+    size the largest file's; the node's next snapshot counts from it (each file was a row of its own, the second
+    0 offsets and 0 seconds after the first)."""
+    from kraftlog.analytics.events import Inputs, snapshots
+    from kraftlog.spark.store import spark_schema as schema_of
+    from kraftlog.state.entities import replay_ranges_table
+    from kraftlog.tables.definitions import catalog
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    a, b = "00000000000000000100-0000000001", "00000000000000000200-0000000001"
+    md = "__cluster_metadata-0"
+    # (path, snapshot id, deleted, size, records, minutes after t0 it was ingested)
+    files = [(f"/old/n1/{md}/{a}.checkpoint", a, False, 500, 10, 0),
+             (f"/new/n1/{md}/{a}.checkpoint", a, False, 700, 12, 5),
+             (f"/old/n1/{md}/{b}.checkpoint", b, False, 800, 14, 0),
+             (f"/old/n1/{md}/{b}.checkpoint", b, False, 900, 15, 1),  # the same file again, grown: its latest row
+             (f"/old/n1/{md}/{b}.checkpoint.deleted", b, True, 900, 15, 9)]
+    ledger = catalog().core["files"]
+    rows = [{**{f.name: None for f in ledger.schema}, "path": p, "cluster_id": "c", "node_id": 1,
+             "file_kind": "snapshot", "snapshot_id": s, "deleted_snapshot": d, "size": size, "records": n,
+             "ingested_at": t0 + timedelta(minutes=m)} for p, s, d, size, n, m in files]
+    header = catalog().typed["snapshot_header"]
+    headers = [{**{f.name: None for f in header.schema}, "cluster_id": "c", "source": "snapshot", "snapshot_id": s,
+                "log_offset": 0, "last_contained_log_timestamp": int((t0 + timedelta(seconds=sec)).timestamp() * 1000)}
+               for s, sec in ((a, 10), (b, 70))]
+    tables = {"files": spark.createDataFrame(rows, schema_of(ledger)),
+              "snapshot_header": spark.createDataFrame(headers, schema_of(header))}
+    rr = replay_ranges_table()
+    ranges = spark.createDataFrame([{**{f.name: None for f in rr.schema}, "cluster_id": "c"}], schema_of(rr))
+    out = snapshots(Inputs({}, tables.__getitem__, ranges)).orderBy("log_offset").collect()
+    got = [(r.snapshot_id, r.log_offset, r.bytes, r.records, r.deleted, r.offsets_since_previous,
+            r.seconds_since_previous) for r in out]
+    assert got == [(a, 99, 700, 12, False, None, None), (b, 199, 900, 15, True, 100, 60.0)]
 
 
 def test_flapping_counts_unplanned_fences_in_an_hour(spark: Any) -> None:

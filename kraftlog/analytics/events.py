@@ -786,12 +786,16 @@ def snapshot_times(table: Callable[[str], DataFrame]) -> DataFrame:
 
 
 def _snapshot_files(inputs: Inputs) -> DataFrame:
-    """The latest ledger row of every snapshot file, with its header time."""
+    """Every snapshot of every node, with its header time, from the latest ledger row of each of its files: one row
+    however many files it has (a data directory found under two roots, a snapshot Kafka renamed to
+    ``.checkpoint.deleted`` as it deleted it), its size and records the largest file's, deleted where a file is."""
     files = inputs.table("files").filter(F.col("file_kind") == "snapshot")
-    latest = files.groupBy("path").agg(F.max_by(F.struct(*files.columns), "ingested_at").alias("f")).select("f.*")
-    return (latest.join(snapshot_times(inputs.table), ["cluster_id", "snapshot_id"], "left")
-            .select("cluster_id", "node_id", "snapshot_id", F.col("size").alias("bytes"), "records",
-                    F.col("deleted_snapshot").alias("deleted"),
+    kept = ("cluster_id", "node_id", "snapshot_id", "size", "records", "deleted_snapshot")
+    latest = files.groupBy("path").agg(F.max_by(F.struct(*kept), "ingested_at").alias("f")).select("f.*")
+    per = latest.groupBy("cluster_id", "node_id", "snapshot_id").agg(
+        F.max("size").alias("bytes"), F.max("records").alias("records"), F.bool_or("deleted_snapshot").alias("deleted"))
+    return (per.join(snapshot_times(inputs.table), ["cluster_id", "snapshot_id"], "left")
+            .select("cluster_id", "node_id", "snapshot_id", "bytes", "records", "deleted",
                     (F.split("snapshot_id", "-").getItem(0).try_cast("long") - 1).alias("log_offset"),
                     "timestamp"))
 
