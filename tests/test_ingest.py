@@ -635,6 +635,38 @@ def test_data_directories_the_profile_renames_after_landing_land_again_under_the
         assert [r for r in _rows(wh, t) if r["cluster_id"] != "c9"] == c1, t
 
 
+def test_a_data_directory_found_under_a_second_root_lands_nothing_twice(spark: Any, tmp_path: Path) -> None:
+    """The same node's data directory under a second root (an archive copied to a new prefix) is read again, as a
+    copy of the one landed: no landed row changes, the ledger gains its files, and the event tables the pipeline
+    then builds have one row per key (``snapshots`` had a row per file of a node's snapshot)."""
+    from click.testing import CliRunner
+
+    from kraftlog.analytics.definitions import event_tables
+    from kraftlog.cli import main
+
+    wh = tmp_path / "wh"
+    _copy_node(tmp_path / "archive")
+    _run(spark, [tmp_path / "archive"], wh)
+    landed = {t: _rows(wh, t) for t in ("records", "partition_change_record", "snapshot_header")}
+    _copy_node(tmp_path / "archive-2")
+    again = _run(spark, [tmp_path / "archive", tmp_path / "archive-2"], wh)
+    assert again.files_ingested == len(list((tmp_path / "archive-2").rglob("*.log"))) + len(
+        list((tmp_path / "archive-2").rglob("*.checkpoint")))
+    for t, rows in landed.items():
+        assert _rows(wh, t) == rows, t
+    paths = _table(wh, "files").column("path").to_pylist()
+    assert any("/archive-2/" in p for p in paths) and any("/archive/" in p for p in paths)
+    for command in ("reconstruct", "analyze"):
+        out = CliRunner().invoke(main, [command, "--warehouse", str(wh)])
+        assert out.exit_code == 0, out.output
+    files = [r for r in _table(wh, "files").to_pylist() if r["file_kind"] == "snapshot"]
+    assert len(files) == 2 * len({r["snapshot_id"] for r in files})  # every snapshot twice, in each root
+    assert _table(wh, "snapshots").num_rows == len({r["snapshot_id"] for r in files}) > 1
+    for name, table in event_tables().items():
+        keys = _table(wh, name).select(list(table.key)).to_pylist()
+        assert len(keys) == len({tuple(k.values()) for k in keys}), name
+
+
 def test_a_data_directory_whose_meta_properties_broke_after_landing_keeps_its_landed_name(
         spark: Any, tmp_path: Path) -> None:
     """A ``meta.properties`` without its ``cluster.id`` names no cluster (``unknown-cluster``, in doubt): that is no
