@@ -13,10 +13,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 import pytest
+
+if TYPE_CHECKING:
+    from kraftlog.tables.definitions import TableDef
 
 
 def free_port() -> int:
@@ -150,6 +153,16 @@ def table_rows(uri: str, options: dict[str, str] | None = None) -> list[str]:
     from deltalake import DeltaTable
 
     return arrow_rows(DeltaTable(uri, storage_options=options).to_pyarrow_table())
+
+
+def repeated_keys(uri: str, table: TableDef) -> list[tuple[Any, ...]]:
+    """The keys (``TableDef.key``) more than one row of ``table``'s Delta table at ``uri`` holds."""
+    from collections import Counter
+
+    from deltalake import DeltaTable
+
+    keys = DeltaTable(uri).to_pyarrow_table(columns=list(table.key)).to_pylist()
+    return [k for k, n in Counter(tuple(r.values()) for r in keys).items() if n > 1]
 
 
 def arrow_rows(t: pa.Table) -> list[str]:

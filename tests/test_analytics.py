@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
-from services import spark_jobs
+from services import repeated_keys, spark_jobs
 
 from kraftlog.analytics.definitions import event_tables
 from kraftlog.analytics.events import BUILDERS
@@ -198,10 +198,10 @@ def test_log_health(events: dict[str, pd.DataFrame], sample: Any) -> None:
     assert len(snaps) > 0 and (snaps.dropna(subset=["offsets_since_previous"]).offsets_since_previous > 0).all()
 
 
-def test_every_event_table_has_one_row_per_key(events: dict[str, pd.DataFrame]) -> None:
+def test_every_event_table_has_one_row_per_key(sample_events: Any) -> None:
+    wh, _ = sample_events
     for name, table in event_tables().items():
-        df = events[name]
-        assert not df.duplicated(subset=list(table.key)).any(), (name, df[df.duplicated(list(table.key), keep=False)])
+        assert not repeated_keys(str(wh / name), table), name
 
 
 def test_a_snapshot_with_several_files_is_one_row(spark: Any) -> None:

@@ -21,7 +21,7 @@ from event_oracle import evaluated, under_min_isr_rows
 from history_gen import GenCluster, clusters, uid, write_cluster, write_snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from services import arrow_rows, copy_upto, spark_jobs, table_rows
+from services import arrow_rows, copy_upto, repeated_keys, spark_jobs, table_rows
 
 from kraftlog.analytics.definitions import WINDOW, event_tables, increment_of
 from kraftlog.analytics.events import Inputs, log_gaps
@@ -98,6 +98,8 @@ def assert_same_as_a_full_build(spark: Any, inputs: Path, wh: Path, scratch: Pat
         land_and_build(spark, inputs, fresh, full=True)
     for name in BUILT:
         assert table_rows(str(wh / name)) == table_rows(str(fresh / name)), name
+    for table in (*history_tables().values(), *event_tables().values()):
+        assert not repeated_keys(str(fresh / table.name), table), table.name
     assert under_min_isr_rows(fresh) == evaluated(fresh)  # evaluated point by point
 
 
