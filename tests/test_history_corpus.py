@@ -8,13 +8,16 @@ from typing import Any
 
 import pytest
 from event_oracle import evaluated, under_min_isr_rows
+from services import repeated_keys
 from test_history import assert_same_histories, local_rows, spark_rows
 
+from kraftlog.analytics.definitions import event_tables
 from kraftlog.config import Config
 from kraftlog.spark.history import build_histories, landed
 from kraftlog.spark.ingest import ingest
 from kraftlog.spark.store import open_store
 from kraftlog.spark.verify import verify_build
+from kraftlog.state.entities import history_tables
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -97,6 +100,8 @@ def test_event_tables_over_every_cluster(spark: Any, corpus_warehouse: Path) -> 
     assert under_min_isr_rows(wh) == evaluated(wh)  # evaluated point by point
     for name, df in events.items():
         assert df.filter(F.col("cluster_id").isNull()).count() == 0, name
+    for table in (*history_tables().values(), *event_tables().values()):  # one row per key, in every table
+        assert not repeated_keys(str(wh / table.name), table), table.name
 
     def per_cluster(name: str, column: str | None = None) -> dict[str, Any]:
         df = events[name]
