@@ -221,12 +221,13 @@ def event_tables() -> dict[str, TableDef]:
             col("from_offset", pa.int64(), "First offset of the hour's log records"),
             col("to_offset", pa.int64(), "Last offset of the hour's log records"),
         ], ("hour",), HOURS),
-        _table("snapshots", "Snapshot cadence and size, per node.", [
+        _table("snapshots", "Snapshot cadence and size, per node: one row per snapshot of a node, however many "
+               "files of it were found (its data directory under several roots, a .checkpoint.deleted file).", [
             col("node_id", pa.int32(), "Node"), col("snapshot_id", pa.string(), "<endOffset>-<epoch>"),
             col("log_offset", pa.int64(), "Offset the snapshot holds state as of"),
             col("timestamp", TS, "last_contained_log_timestamp"),
-            col("bytes", pa.int64(), "File size"), col("records", pa.int64(), "Records"),
-            col("deleted", pa.bool_(), "A .checkpoint.deleted file"),
+            col("bytes", pa.int64(), "File size (the largest file of it)"), col("records", pa.int64(), "Records"),
+            col("deleted", pa.bool_(), "A file of it is a .checkpoint.deleted file (Kafka deleting it)"),
             col("offsets_since_previous", pa.int64(), "Offsets since the node's previous snapshot"),
             col("seconds_since_previous", pa.float64(), "Seconds since the node's previous snapshot"),
         ], ("node_id", "snapshot_id")),
