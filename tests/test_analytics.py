@@ -305,11 +305,60 @@ def test_the_partition_events_pair_versions_by_what_the_history_says_each_replac
         rows = {name: frame.count() for name, frame in kept.frames}
         births = history.filter(F.col("previous_leader").isNull()).count()
         assert rows.keys() == {"partitions that can fall under min.insync.replicas", "partition births by batch",
-                               "partition births with counts"}
+                               "partition births with counts", "partition keys reassigned",
+                               "partition keys that can fall under min.insync.replicas"}
         assert rows.pop("partitions that can fall under min.insync.replicas") < history.count()
+        partitions = history.select(*PARTITION).distinct().count()
+        assert rows.pop("partition keys reassigned") < partitions
+        assert rows.pop("partition keys that can fall under min.insync.replicas") < partitions
         assert all(0 < n < births for n in rows.values()), (rows, births)  # a row per topic and batch
     finally:
         kept.release()
+
+
+def test_the_few_partitions_a_builder_orders_are_measured_so_their_versions_are_filtered_before_the_shuffle(
+        spark: Any, sample: Any) -> None:
+    """Where a builder orders the versions of only some partitions (``of_partitions_in``: those reassigned, those
+    that can fall under min.insync.replicas), an analysis computes their keys first (``Inputs.measured``): Spark then
+    plans the join knowing their size, a broadcast where they are few, and the other partitions' versions are dropped
+    as they are read (on the 5M-record cluster, 4,001 partitions of 150,000 reassigned: reassignments 6.6 -> 2.7 s).
+    Unmeasured, Spark's estimate of the keys is the whole scan's size: with the broadcast threshold between the two,
+    the same builder shuffles every version."""
+    import dataclasses
+
+    from kraftlog.spark.analyze import Kept, inputs
+    from kraftlog.spark.store import open_store
+
+    wh, _ = sample
+    x = inputs(open_store(spark, str(wh)))
+
+    def size(frame: Any) -> int:  # Spark's own figure, as it plans a join with the frame
+        return int(frame.select("*")._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+
+    def joins(frame: Any) -> list[str]:
+        plan = frame._jdf.queryExecution().executedPlan().toString()
+        return [line.strip(" :+-").split(" ")[0] for line in plan.splitlines() if "LeftSemi" in line]
+
+    def measured_keys(kept: Kept) -> tuple[Any, Any]:  # (the builder's frame, the keys it measured)
+        frame = BUILDERS["reassignments"](dataclasses.replace(x, keep=kept.keeper()))
+        return frame, dict(kept.frames)["partition keys reassigned"]
+
+    before = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    first, again = Kept(), Kept()
+    try:
+        measured = size(measured_keys(first)[1])
+        first.release()  # (Spark plans any frame of the same rows with the kept ones while they are kept)
+        seen: dict[str, Any] = {}  # the same keys, as a builder joins them outside an analysis (not computed first)
+        BUILDERS["reassignments"](dataclasses.replace(x, keep=lambda name, frame, _now: seen.setdefault(name, frame)))
+        estimate = size(seen["partition keys reassigned"])
+        assert 0 < measured < estimate
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", str((measured + estimate) // 2))
+        assert joins(BUILDERS["reassignments"](x)) == ["SortMergeJoin"]
+        assert joins(measured_keys(again)[0]) == ["BroadcastHashJoin"]
+    finally:
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", before)
+        first.release()
+        again.release()
 
 
 def test_a_builder_reading_only_empty_histories_builds_no_row(spark: Any, sample: Any) -> None:

@@ -41,7 +41,7 @@ class Inputs:
     since: Scope | None = None
     whole: Mapping[str, DataFrame] | None = None  # the histories of the same clusters, not cut at ``since``
     # what an analysis does with a frame several builders build alike (``shared``): keeps it, computed once
-    keep: Callable[[str, DataFrame], DataFrame] | None = None
+    keep: Callable[[str, DataFrame, bool], DataFrame] | None = None  # (name, frame, computed at once)
     # the tables that sum the landed log (``HOURS``, ``EPOCHS``) in an incremental analysis: per cluster whose records
     # landed since all follow the log's end its tables were built to, the first offset after that end (``folded``),
     # and a table's rows from ``since`` on as that build left them (``built``): a builder folds the records from that
@@ -64,7 +64,14 @@ class Inputs:
         """``frame``, which several builders build alike from these inputs, or one reads more than once: where the
         analysis keeps such frames, the one kept under ``name`` (computed once for all of them). A frame kept by a
         full analysis is a small part of what it reads (never a whole partition history)."""
-        return frame if self.keep is None else self.keep(name, frame)
+        return frame if self.keep is None else self.keep(name, frame, False)
+
+    def measured(self, name: str, frame: DataFrame) -> DataFrame:
+        """``frame``, of which few rows are expected (the keys of the entities a builder reads the versions of):
+        where the analysis keeps frames, kept under ``name`` and computed at once, so that Spark plans the joins with
+        it knowing its size (a broadcast where it is under ``spark.sql.autoBroadcastJoinThreshold``, as its own
+        estimate of a filtered scan, the whole scan's size, never is; a shuffle of both sides where it is not)."""
+        return frame if self.keep is None else self.keep(name, frame, True)
 
     def history(self, kind: str, whole: bool = False) -> DataFrame:
         """The history of ``kind``, kept as first read where ``kind`` is in ``kept_histories``; ``whole``: every
@@ -177,11 +184,13 @@ def partition_versions(inputs: Inputs) -> DataFrame:
     return replaced(inputs.history("partitions").drop("directories"), "partitions")
 
 
-def of_partitions_in(df: DataFrame, rows: DataFrame) -> DataFrame:
+def of_partitions_in(inputs: Inputs, name: str, df: DataFrame, rows: DataFrame) -> DataFrame:
     """The rows of ``df`` (partition versions) of the partitions ``rows`` holds a row of: where a builder's rows come
     only from partitions with a version of some kind, it orders the versions of those alone (on a big cluster,
-    a reassignment or an ISR below ``min.insync.replicas`` touches few partitions of many)."""
-    return df.join(rows.select(*PARTITION).distinct(), PARTITION, "left_semi")
+    a reassignment or an ISR below ``min.insync.replicas`` touches few partitions of many). Those partitions are
+    ``measured`` (as ``name``): where they are few, the versions of the others are dropped as they are read, not
+    after every version was shuffled to its partition's task."""
+    return df.join(inputs.measured(name, rows.select(*PARTITION).distinct()), PARTITION, "left_semi")
 
 
 def at_start(inputs: Inputs, df: DataFrame, offset: str = "valid_from_offset") -> DataFrame:
@@ -191,19 +200,20 @@ def at_start(inputs: Inputs, df: DataFrame, offset: str = "valid_from_offset") -
 
 
 def islands(df: DataFrame, keys: list[str], flag: Column, replaced: Column | None = None) -> DataFrame:
-    """Versions where ``flag`` holds, numbered by island of consecutive versions (``_island``).
+    """Versions where ``flag`` holds, numbered by island of consecutive versions (``_island``); adds ``_flag``.
 
-    ``replaced``: whether a version replaced the one before it (by default ``_prev`` is not null: ``with_previous``,
-    ``replaced``); adds ``_flag``.
+    A flagged version goes on from the flagged version before it where it replaced that one (``replaced``; by
+    default ``_prev`` is not null) and that one ended where it began (it was the version just before), or is a
+    window's row ``open_windows`` added (it has no end, which a version followed by another always has). Only the
+    flagged versions are ordered: on a big cluster, a fraction of them.
     """
     w = Window.partitionBy(*keys).orderBy("valid_from_offset")
-    df = df.withColumn("_flag", flag)
-    prev_flag = F.lag("_flag").over(w)
     follows = F.col("_prev").isNotNull() if replaced is None else replaced
-    starts = F.col("_flag") & (~follows | ~F.coalesce(prev_flag, F.lit(False)))
-    return (df.withColumn("_start", starts)
-            .withColumn("_island", F.sum(F.col("_start").cast("int")).over(w.rowsBetween(*RUNNING)))
-            .filter("_flag"))
+    before = F.lag(F.struct(F.col("valid_to_offset").alias("to"))).over(w)
+    adjacent = before.isNotNull() & (before["to"].isNull() | (before["to"] == F.col("valid_from_offset")))
+    return (df.withColumn("_flag", flag).filter("_flag")
+            .withColumn("_start", ~follows | ~adjacent)
+            .withColumn("_island", F.sum(F.col("_start").cast("int")).over(w.rowsBetween(*RUNNING))))
 
 
 def open_windows(inputs: Inputs, name: str, rows: DataFrame, at: str, columns: Mapping[str, Column],
@@ -380,9 +390,10 @@ def under_min_isr(inputs: Inputs) -> DataFrame:
     topic_most = mir.filter(by_topic).groupBy("cluster_id", F.col("resource_name").alias("topic_name")).agg(
         F.max("_v").alias("_topic_most"))
     parts = inputs.history("partitions")
+    can_fall = (parts.join(most, "cluster_id", "left").join(topic_most, ["cluster_id", "topic_name"], "left")
+                .filter(F.size("isr") < F.greatest("_most", "_topic_most", kafka_default)))
     parts = inputs.shared("partitions that can fall under min.insync.replicas", of_partitions_in(
-        parts, parts.join(most, "cluster_id", "left").join(topic_most, ["cluster_id", "topic_name"], "left")
-        .filter(F.size("isr") < F.greatest("_most", "_topic_most", kafka_default))))  # (read four times below)
+        inputs, "partition keys that can fall under min.insync.replicas", parts, can_fall))  # (read four times below)
     # evaluation points: each partition version (which carries its state), each deletion, in an incremental analysis
     # `since` itself (the state then: a point of its own), all in one pass over the versions; and each
     # min.insync.replicas boundary
@@ -464,7 +475,8 @@ def reassignments(inputs: Inputs) -> DataFrame:
     """Reassignment episodes: consecutive versions with adding or removing replicas, and how they ended."""
     moving = (F.size("adding_replicas") + F.size("removing_replicas")) > 0
     parts = inputs.history("partitions")  # (the versions of the few partitions that move are ordered, not all)
-    p = replaced(of_partitions_in(parts, parts.filter(moving)), "partitions").select(
+    p = replaced(of_partitions_in(inputs, "partition keys reassigned", parts, parts.filter(moving)),
+                 "partitions").select(
         *PARTITION, "topic_name", "valid_from_offset", "valid_from", "valid_to_offset", "valid_to", "ended_by",
         "replicas", "adding_replicas", "removing_replicas", F.col("_prev").isNotNull().alias("_r"),
         F.filter("replicas", lambda r: ~F.array_contains("adding_replicas", r)).alias("original_replicas"),
@@ -620,9 +632,10 @@ def topic_lifecycle(inputs: Inputs) -> DataFrame:
         F.min_by("_at_start", "valid_from_offset").alias("_at_start"))
     by_name = Window.partitionBy("cluster_id", "topic_name").orderBy("_created")
     first = first.withColumn("previous_topic_id", F.lag("topic_id").over(by_name))
-    # partitions appear in the batch that creates the topic, or later in batches that add partitions
-    records = inputs.log_records().select("cluster_id", F.col("log_offset").alias("valid_from_offset"),
-                                          "batch_base_offset")
+    # partitions appear in the batch that creates the topic, or later in batches that add partitions: only the
+    # records that begin a topic or a partition are looked up (on a big cluster, a few of every hundred)
+    records = inputs.log_records().filter(F.col("record_type").isin("TOPIC_RECORD", "PARTITION_RECORD")).select(
+        "cluster_id", F.col("log_offset").alias("valid_from_offset"), "batch_base_offset")
     partitions = inputs.history("partitions")
     keys = ["cluster_id", "topic_id", "partition_id"]
     # (an update ending where a version begins holds from `since` on too: the versions from `since` on are all there)

@@ -510,17 +510,19 @@ class Kept:
     def __init__(self) -> None:
         self.frames: list[tuple[str, DataFrame]] = []  # (name, frame), in the order kept
 
-    def keeper(self) -> Callable[[str, DataFrame], DataFrame]:
+    def keeper(self) -> Callable[[str, DataFrame, bool], DataFrame]:
         """What one set of ``Inputs`` keeps its shared frames with (each set reads its own rows)."""
         mine = _Once()
 
-        def persisted(name: str, frame: DataFrame) -> DataFrame:
+        def persisted(name: str, frame: DataFrame, now: bool) -> DataFrame:
             kept = frame.persist(StorageLevel.MEMORY_AND_DISK)
             self.frames.append((name, kept))  # (not frames[-1]: another name may be kept at the same time)
+            if now:  # (computed: the plans that read it know its size)
+                kept.count()
             return kept
 
-        def keep(name: str, frame: DataFrame) -> DataFrame:
-            kept: DataFrame = mine.get(name, lambda: persisted(name, frame))
+        def keep(name: str, frame: DataFrame, now: bool) -> DataFrame:
+            kept: DataFrame = mine.get(name, lambda: persisted(name, frame, now))
             return kept
         return keep
 
