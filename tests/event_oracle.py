@@ -97,13 +97,49 @@ def _windows(key: tuple[str, str, int], vs: list[Row], mir: list[Row]) -> list[t
     return out if window is None else [*out, tuple(window)]
 
 
+def under_replicated_windows(partitions: list[Row]) -> list[tuple[Any, ...]]:
+    """The ``under_replicated`` rows (cluster, topic id and name, partition, from/to offset and time, smallest ISR,
+    replica count at the start) walked version by version: a window is a run of versions with fewer in-sync replicas
+    than replicas, each replacing the one before (that one ended by an update where it began)."""
+    versions: dict[tuple[str, str, int], list[Row]] = defaultdict(list)
+    for p in partitions:
+        versions[(p["cluster_id"], p["topic_id"], p["partition_id"])].append(p)
+    out = []
+    for key, vs in versions.items():
+        window: list[Any] | None = None
+        before: Row | None = None
+        for v in sorted(vs, key=lambda v: v["valid_from_offset"]):
+            goes_on = (before is not None and before["ended_by"] == "update"
+                       and before["valid_to_offset"] == v["valid_from_offset"])
+            if window is not None and not goes_on:
+                out.append(tuple(window))
+                window = None
+            if len(v["isr"]) < len(v["replicas"]):
+                if window is None:
+                    window = [*key[:2], v["topic_name"], key[2], v["valid_from_offset"], v["valid_from"], None, None,
+                              len(v["isr"]), len(v["replicas"])]
+                window[6], window[7] = v["valid_to_offset"], v["valid_to"]
+                window[8] = min(window[8], len(v["isr"]))
+            elif window is not None:
+                out.append(tuple(window))
+                window = None
+            before = v
+        if window is not None:
+            out.append(tuple(window))
+    return sorted(out, key=repr)
+
+
+UNDER_REPLICATED = ["cluster_id", "topic_id", "topic_name", "partition_id", "from_offset", "from_time", "to_offset",
+                    "to_time", "min_isr_size", "replicas_count"]  # the columns ``under_replicated_windows`` gives
+
+
 COLUMNS = ["cluster_id", "topic_id", "topic_name", "partition_id", "from_offset", "from_time", "to_offset", "to_time",
            "min_insync_replicas", "config_source", "min_isr_size"]  # the columns ``under_min_isr_windows`` gives
 
 
-def as_evaluated(rows: list[Row]) -> list[tuple[Any, ...]]:
-    """``under_min_isr`` rows as ``under_min_isr_windows`` gives them."""
-    return sorted((tuple(r[c] for c in COLUMNS) for r in rows), key=repr)
+def as_evaluated(rows: list[Row], columns: list[str] = COLUMNS) -> list[tuple[Any, ...]]:
+    """Rows of an event table as its oracle gives them (``columns``: by default ``under_min_isr``'s)."""
+    return sorted((tuple(r[c] for c in columns) for r in rows), key=repr)
 
 
 def under_min_isr_rows(wh: Path) -> list[tuple[Any, ...]]:
