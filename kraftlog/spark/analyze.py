@@ -505,7 +505,9 @@ def event_frames(x: Inputs, names: list[str] | None = None) -> dict[str, DataFra
 
 class Kept:
     """The frames event builders share or read more than once (``Inputs.shared``), persisted at first use so that a
-    run computes each once, and released (``release``) when the run has written its tables."""
+    run computes each once, and released (``release``) when the run has written its tables; those measured
+    (``Inputs.measured``: the keys of the few partitions a builder orders) are computed as they are kept, so that
+    Spark plans the joins with them knowing their size."""
 
     def __init__(self) -> None:
         self.frames: list[tuple[str, DataFrame]] = []  # (name, frame), in the order kept
