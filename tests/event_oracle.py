@@ -97,6 +97,12 @@ def _windows(key: tuple[str, str, int], vs: list[Row], mir: list[Row]) -> list[t
     return out if window is None else [*out, tuple(window)]
 
 
+def replaces(v: Row, before: Row) -> bool:
+    """Whether version ``v`` replaced ``before``, the version of the same entity before it: that one ended by an
+    update where ``v`` begins."""
+    return before["ended_by"] == "update" and before["valid_to_offset"] == v["valid_from_offset"]
+
+
 def under_replicated_windows(partitions: list[Row]) -> list[tuple[Any, ...]]:
     """The ``under_replicated`` rows (cluster, topic id and name, partition, from/to offset and time, smallest ISR,
     replica count at the start) walked version by version: a window is a run of versions with fewer in-sync replicas
@@ -109,9 +115,7 @@ def under_replicated_windows(partitions: list[Row]) -> list[tuple[Any, ...]]:
         window: list[Any] | None = None
         before: Row | None = None
         for v in sorted(vs, key=lambda v: v["valid_from_offset"]):
-            goes_on = (before is not None and before["ended_by"] == "update"
-                       and before["valid_to_offset"] == v["valid_from_offset"])
-            if window is not None and not goes_on:
+            if window is not None and not (before is not None and replaces(v, before)):
                 out.append(tuple(window))
                 window = None
             if len(v["isr"]) < len(v["replicas"]):

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from conftest import examples
-from event_oracle import UNDER_REPLICATED, as_evaluated, under_min_isr_windows, under_replicated_windows
+from event_oracle import UNDER_REPLICATED, as_evaluated, replaces, under_min_isr_windows, under_replicated_windows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -63,8 +63,7 @@ def _replaced(versions: list[Row]) -> list[Row]:
     version before where that one ended by an update where this one begins (``previous_*``; null otherwise)."""
     out: list[Row] = []
     for v in versions:
-        before = out[-1] if out and out[-1]["ended_by"] == "update" \
-            and out[-1]["valid_to_offset"] == v["valid_from_offset"] else None
+        before = out[-1] if out and replaces(v, out[-1]) else None
         out.append({**v, "previous_leader": None if before is None else before["leader"],
                     "previous_isr": None if before is None else before["isr"],
                     "previous_elr": None if before is None else [],
@@ -89,37 +88,37 @@ def _frame(spark: Any, kind: str, rows: list[Row]) -> Any:
     return spark.createDataFrame([{f.name: r.get(f.name) for f in table.schema} for r in rows], spark_schema(table))
 
 
-@settings(max_examples=examples(9), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(drawn=st.lists(st.integers(), min_size=20, max_size=20).flatmap(  # many clusters an example: one job
-    lambda xs: st.tuples(*[cluster(f"c{i}") for i in range(len(xs))])))
-def test_under_min_isr_equals_its_point_by_point_evaluation(spark: Any, drawn: tuple[Any, ...]) -> None:
-    partitions = [r for p, _ in drawn for r in p]
-    configs = [r for _, c in drawn for r in c]
+def _inputs(spark: Any, drawn: tuple[Any, ...]) -> Inputs:
+    """What the builders read of the ``drawn`` clusters: their partition and config histories, and replay ranges
+    (no base snapshot, the log's end at offset 60)."""
     ranges_table = replay_ranges_table()
     ranges = spark.createDataFrame(
         [{**{f.name: None for f in ranges_table.schema}, "cluster_id": f"c{i}", "base_offset": -1,
           "last_timestamp": _time(60)} for i in range(len(drawn))], spark_schema(ranges_table))
-    x = Inputs({"partitions": _frame(spark, "partitions", partitions), "configs": _frame(spark, "configs", configs)},
-               lambda name: None, ranges)  # type: ignore[arg-type,return-value]
-    got = as_evaluated(under_min_isr(x).toArrow().to_pylist())
-    assert got == under_min_isr_windows(partitions, configs)
+    partitions = [r for p, _ in drawn for r in p]
+    configs = [r for _, c in drawn for r in c]
+    return Inputs({"partitions": _frame(spark, "partitions", partitions), "configs": _frame(spark, "configs", configs)},
+                  lambda name: None, ranges)  # type: ignore[arg-type,return-value]
+
+
+# many clusters an example: one job
+_CLUSTERS = st.lists(st.integers(), min_size=20, max_size=20).flatmap(
+    lambda xs: st.tuples(*[cluster(f"c{i}") for i in range(len(xs))]))
 
 
 @settings(max_examples=examples(9), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(drawn=st.lists(st.integers(), min_size=20, max_size=20).flatmap(
-    lambda xs: st.tuples(*[cluster(f"c{i}") for i in range(len(xs))])))
+@given(drawn=_CLUSTERS)
+def test_under_min_isr_equals_its_point_by_point_evaluation(spark: Any, drawn: tuple[Any, ...]) -> None:
+    got = as_evaluated(under_min_isr(_inputs(spark, drawn)).toArrow().to_pylist())
+    assert got == under_min_isr_windows([r for p, _ in drawn for r in p], [r for _, c in drawn for r in c])
+
+
+@settings(max_examples=examples(9), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(drawn=_CLUSTERS)
 def test_under_replicated_equals_its_version_by_version_walk(spark: Any, drawn: tuple[Any, ...]) -> None:
     """A window goes on only from the version just before it, flagged too (``islands`` orders only the flagged
     versions, so a flagged version after an unflagged one, a deletion or a gap must start a window of its own)."""
-    partitions = [r for p, _ in drawn for r in p]
-    ranges_table = replay_ranges_table()
-    ranges = spark.createDataFrame(
-        [{**{f.name: None for f in ranges_table.schema}, "cluster_id": f"c{i}", "base_offset": -1,
-          "last_timestamp": _time(60)} for i in range(len(drawn))], spark_schema(ranges_table))
-    x = Inputs({"partitions": _frame(spark, "partitions", partitions)}, lambda name: None,  # type: ignore[arg-type,return-value]
-               ranges)
-    got = as_evaluated(under_replicated(x).toArrow().to_pylist(), UNDER_REPLICATED)
-    assert got == under_replicated_windows(partitions)
-
+    got = as_evaluated(under_replicated(_inputs(spark, drawn)).toArrow().to_pylist(), UNDER_REPLICATED)
+    assert got == under_replicated_windows([r for p, _ in drawn for r in p])
