@@ -439,6 +439,26 @@ def test_a_runs_spark_jobs_are_described_by_the_run_and_the_table_each_builds(sp
     assert spark.sparkContext.getLocalProperty("spark.job.description") is None
 
 
+def test_a_tables_rows_are_written_by_as_many_tasks_as_the_run_asks(spark: Any, tmp_path: Path) -> None:
+    """``TableStore.replace`` writes a table's rows in as many tasks as the cluster runs at once (a file of a
+    cluster each), and in ``writers`` tasks where a run gives that (a small analysis: one)."""
+    from kraftlog.config import Config
+    from kraftlog.spark.session import default_parallelism
+    from kraftlog.spark.store import open_store, writing
+
+    store = open_store(spark, str(tmp_path / "wh"))
+    table = event_tables()["log_gaps"]
+    frame = spark.createDataFrame([("c", i, i, 1) for i in range(0, 400, 2)], spark_schema(table)).repartition(4)
+    files = {}
+    with writing(store, Config.load(), "R-writers", "analyze"):
+        store.ensure(table)
+        for writers in (None, 1):
+            assert store.replace([(table, lambda: (frame, None))], f"B-{writers}", writers=writers) == {
+                table.name: 200}
+            files[writers] = len(DeltaTable(str(tmp_path / "wh" / table.name)).file_uris())
+    assert files == {None: default_parallelism(spark), 1: 1} and files[None] > 1
+
+
 def test_a_store_reads_a_tables_log_once_a_run_and_sees_a_table_another_run_made_anew(spark: Any, tmp_path: Path
                                                                                       ) -> None:
     """delta-rs: within a run a table's log is read once, then brought up to date; a new run reads it again, as

@@ -105,3 +105,29 @@ def test_a_run_killed_with_sigkill_while_committing_is_completed_by_the_next(tmp
     assert "taking over the lease" in out and "recovered 1 interrupted run" in out
     assert _count(str(wh), {}, "records") == one_run.table_rows["records"]
     assert _count(str(wh), {}, "files") == one_run.table_rows["files"]
+
+
+def test_a_stores_calls_in_threads_run_at_once_their_results_in_order() -> None:
+    """``in_threads`` (the histories' commits, the tables' checks) runs its calls ``jobs`` at a time: three calls that
+    each wait for the other two all end; the results come in order, and a call's exception is raised once every call
+    ended."""
+    import threading
+
+    from kraftlog.spark.store import in_threads
+
+    together = threading.Barrier(3, timeout=30)
+    ended: list[int] = []
+
+    def call(i: int) -> int:
+        together.wait()  # (a BrokenBarrierError where the three do not run at once)
+        ended.append(i)
+        if i == 4:
+            raise ValueError(i)
+        return i * 10
+
+    assert in_threads(call, [3, 1, 2], 3) == [30, 10, 20]
+    together.reset()
+    ended.clear()
+    with pytest.raises(ValueError):
+        in_threads(call, [4, 5, 6], 3)
+    assert sorted(ended) == [4, 5, 6] and in_threads(call, [], 3) == []

@@ -37,7 +37,7 @@ from kraftlog.spark.ingest import ingest
 from kraftlog.spark.landed import Landed, landing_runs
 from kraftlog.spark.predicates import SQL_TERMS, Scope
 from kraftlog.spark.session import INTERPRETED, SHUFFLE_PARTS, default_parallelism, described
-from kraftlog.spark.store import DeltaRsStore, store_for
+from kraftlog.spark.store import DeltaRsStore, TableStore, store_for
 from kraftlog.state.entities import history_tables
 from kraftlog.state.replay import Replayer, TopicsRead
 from kraftlog.tables.definitions import TableDef
@@ -1123,6 +1123,14 @@ def test_a_small_increment_evaluates_its_expressions_interpreted_and_leaves_the_
 
     monkeypatch.setattr(history_module, "plan_build", watched(history_module.plan_build))
     monkeypatch.setattr(analyze_module, "plan_events", watched(analyze_module.plan_events))
+    writers: list[int | None] = []  # the tasks each analysis writes a table's rows in (None: one a task slot)
+    replace = TableStore.replace
+
+    def counted(self: TableStore, *args: Any, **kwargs: Any) -> dict[str, int]:
+        writers.append(kwargs.get("writers"))
+        return replace(self, *args, **kwargs)
+
+    monkeypatch.setattr(TableStore, "replace", counted)
     # the session's own (one unset, whole-stage code compiled; one as interpreted wants it, left alone; adaptive
     # execution on, as Spark's default; more shuffle parts than task slots): cheaper than compiling every expression
     # of the sample's builds
@@ -1169,6 +1177,7 @@ def test_a_small_increment_evaluates_its_expressions_interpreted_and_leaves_the_
         assert offsets == analysed == changes(*ends[1:]) > 0 and grown.resumed == 1, grown.line()
         assert (grown.interpreted, events.plan.interpreted, seen[4:]) == (True, True, [interpreted, interpreted])
         assert "expressions interpreted" in grown.line() and "expressions interpreted" in events.line()
+        assert writers == [1, None, 1]  # a small analysis writes each table's rows in one task
         assert tuple(spark.conf.get(key, None) for key in mine) == given  # given back
     finally:
         for key, value in kept.items():

@@ -769,7 +769,7 @@ def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: li
         plan.interpreted = small
         log.info("analyze: %s", plan.line())
         try:
-            rows.update(store.replace(planned_frames(store, plan, kept), build_id))
+            rows.update(store.replace(planned_frames(store, plan, kept), build_id, writers=1 if small else None))
         finally:
             kept.release()
         if plan.clusters or plan.gone:

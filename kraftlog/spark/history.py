@@ -172,7 +172,7 @@ def _commit_histories(store: TableStore, plan: Plan, files: list[StagedFile], ev
     the plan replaces); rows committed by table."""
     ranges = replay_ranges_table()
     kinds = {t.name: kind for kind, t in history_tables().items()}
-    rows = {}
+    rows, writes = {}, []
     for t in replay_tables():
         mine = [f for f in files if f.table == t.name]
         where = None if everything else plan.cluster_where() if t is ranges else plan.history_where(kinds[t.name])
@@ -180,8 +180,9 @@ def _commit_histories(store: TableStore, plan: Plan, files: list[StagedFile], ev
             if mine:
                 raise RuntimeError(f"{t.name}: rows written where the build plans to replace none")
             continue
-        store.overwrite(t, mine, build_id, where)
+        writes.append((t, mine, where))
         rows[t.name] = sum(f.num_records for f in mine)
+    store.overwrite_all(writes, build_id)
     return rows
 
 
