@@ -459,6 +459,33 @@ def test_a_tables_rows_are_written_by_as_many_tasks_as_the_run_asks(spark: Any, 
     assert files == {None: default_parallelism(spark), 1: 1} and files[None] > 1
 
 
+def test_where_the_earliest_open_window_began_is_read_from_the_open_rows_files(spark: Any, sample_events: Any,
+                                                                               monkeypatch: Any) -> None:
+    """``analyze_state.window_floor`` (per cluster, where the earliest window open in a ``WINDOW`` table began): the
+    store reads it on the driver from the files its log says hold open rows (``open_least``), the same as the rows
+    tell in Spark; where those files are too many bytes, Spark reads them."""
+    from kraftlog.analytics.definitions import WINDOW, increment_of
+    from kraftlog.spark import store as store_module
+    from kraftlog.spark.analyze import window_floors
+    from kraftlog.spark.store import open_store
+
+    wh, _ = sample_events
+    store = open_store(spark, str(wh))
+    windows = [t for t in event_tables().values() if increment_of(t) == WINDOW]
+    clusters = [r[0] for r in store.read(windows[0]).select("cluster_id").distinct().collect()]
+    expected = {t.name: {r[0]: r[1] for r in store.read(t).filter(F.col("to_offset").isNull())
+                         .groupBy("cluster_id").agg(F.min("from_offset")).collect()} for t in windows}
+    assert any(expected.values())  # (the sample ends with windows open)
+    assert {t.name: store.open_least(t, "from_offset", clusters) for t in windows} == expected
+    assert all(store.open_least(t, "from_offset", ["no-such-cluster"]) == {} for t in windows)
+    floors = window_floors(store, clusters)
+    assert floors == {c: min(f[c] for f in expected.values() if c in f) for c in set().union(*expected.values())}
+    monkeypatch.setattr(store_module, "OPEN_READ_BYTES", 0)
+    assert [store.open_least(t, "from_offset", clusters) for t in windows if expected[t.name]] == [None] * len(
+        [t for t in windows if expected[t.name]])
+    assert window_floors(store, clusters) == floors
+
+
 def test_a_store_reads_a_tables_log_once_a_run_and_sees_a_table_another_run_made_anew(spark: Any, tmp_path: Path
                                                                                       ) -> None:
     """delta-rs: within a run a table's log is read once, then brought up to date; a new run reads it again, as

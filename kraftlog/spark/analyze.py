@@ -87,7 +87,7 @@ from kraftlog.spark.predicates import (
     only_clusters,
     only_topics,
 )
-from kraftlog.spark.session import JobThreads, interpreted, local_frame
+from kraftlog.spark.session import JobThreads, interpreted, local_frame, local_rows
 from kraftlog.spark.store import Landing, TableStore, landed_clusters, new_run_id, store_for, writing
 from kraftlog.state.entities import history_tables, replay_ranges_table, replay_state_table
 from kraftlog.state.replay import TopicsRead
@@ -326,16 +326,16 @@ def partition_topics(store: TableStore, resume: dict[str, int]) -> tuple[dict[st
     named = [versions.select(*keys), *config_reads(store, since)]
     found: dict[str, list[tuple[str, int | None]] | None] = {c: [] for c in resume}
     births = set()
-    for r in functools.reduce(DataFrame.unionByName, [born, *(df.withColumn("born", F.lit(False)) for df in named)]
-                              ).distinct().collect():
-        c = r["cluster_id"]
-        if r["born"]:
+    union = functools.reduce(DataFrame.unionByName, [born, *(df.withColumn("born", F.lit(False)) for df in named)])
+    for c, was_born, topic, partition in local_rows(union.distinct(), "cluster_id", "born", "topic_id",
+                                                    "partition_id"):
+        if was_born:
             births.add(c)
         rows = found[c]
-        if r["topic_id"] is None:
+        if topic is None:
             found[c] = None  # every topic
         elif rows is not None:
-            rows.append((r["topic_id"], r["partition_id"]))
+            rows.append((topic, partition))
     return {c: None if rows is None else named_topics(TopicsRead.of(
         [t for t, p in rows if p is None], [(t, p) for t, p in rows if p is not None])) for c, rows in found.items()
             }, births
@@ -796,11 +796,23 @@ def state_rows(store: TableStore, plan: EventPlan, build_id: str) -> list[dict[s
 
 
 def window_floors(store: TableStore, clusters: list[str]) -> dict[str, int]:
-    """Per cluster, where the earliest window still open in any ``WINDOW`` table began."""
-    opened: Column = F.col("to_offset").isNull() & of_clusters(clusters)
-    union = functools.reduce(DataFrame.unionByName, [store.read(t).filter(opened).select("cluster_id", "from_offset")
-                                                     for t in event_tables().values() if increment_of(t) == WINDOW])
-    return {r["cluster_id"]: r["f"] for r in union.groupBy("cluster_id").agg(F.min("from_offset").alias("f")).collect()}
+    """Per cluster, where the earliest window still open in any ``WINDOW`` table began: from a table's log where it
+    tells (``TableStore.open_least``), else from its rows (a Spark job for those tables)."""
+    floors: dict[str, int] = {}
+    read = []
+    for t in (t for t in event_tables().values() if increment_of(t) == WINDOW):
+        found = store.open_least(t, "from_offset", clusters)
+        if found is None:
+            read.append(t)
+        for c, at in (found or {}).items():
+            floors[c] = min(floors.get(c, at), at)
+    if read:
+        opened: Column = F.col("to_offset").isNull() & of_clusters(clusters)
+        union = functools.reduce(DataFrame.unionByName, [
+            store.read(t).filter(opened).select("cluster_id", "from_offset") for t in read])
+        for r in union.groupBy("cluster_id").agg(F.min("from_offset").alias("f")).collect():
+            floors[r["cluster_id"]] = min(floors.get(r["cluster_id"], r["f"]), r["f"])
+    return floors
 
 
 def read_events(store: TableStore) -> dict[str, DataFrame]:

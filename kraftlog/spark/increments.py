@@ -53,7 +53,7 @@ from kraftlog.spark.predicates import (
     topics_sql,
 )
 from kraftlog.spark.replay import state_rows
-from kraftlog.spark.session import JobThreads, local_frame
+from kraftlog.spark.session import JobThreads, local_frame, local_rows
 from kraftlog.spark.store import TableStore
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table, replay_state_table
 from kraftlog.state.replay import Replayer, TopicsRead
@@ -288,8 +288,8 @@ def topics_read(table: TableSource, resume: dict[str, tuple[str, int]], types: d
                 "cluster_id", F.lit(t).alias("record_type"), key(t, "topic_id", by_topic, "string"),
                 key(t, "partition_id", Replayer.PARTITION_KEYED, "int"))
             for t in keyed])
-        for r in rows.distinct().collect():
-            found[r["cluster_id"]].append((r["record_type"], r["topic_id"], r["partition_id"]))
+        for c, *read in local_rows(rows.distinct(), "cluster_id", "record_type", "topic_id", "partition_id"):
+            found[c].append(tuple(read))
     return {cluster: named_topics(Replayer.topics_read(found[c])) for c, (cluster, _) in resume.items()}
 
 

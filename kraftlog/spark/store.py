@@ -37,6 +37,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -290,6 +291,11 @@ class TableStore(ABC):
         only where it surely holds none. Here: True (a store that cannot tell without reading rows)."""
         return True
 
+    def open_least(self, table: TableDef, column: str, clusters: list[str]) -> dict[str, int] | None:
+        """Per cluster of ``clusters`` with open rows in ``table`` (its ``open_column`` null), the least ``column`` of
+        them, as its log alone tells (no Spark job); None where it cannot. Here: None."""
+        return None
+
     @abstractmethod
     def overwrite(self, table: TableDef, files: list[StagedFile], build_id: str, where: str | None = None
                   ) -> None:
@@ -387,6 +393,9 @@ def in_threads(call: Callable[[Item], Out], items: list[Item], jobs: int) -> lis
 # of stack each): past about 20k items a thread's default 8 MB stack overflows and the process dies with SIGSEGV
 # (delta-io/delta-rs#2798). An increment names up to ``TOPICS_NAMED`` partitions so.
 DEEP_STACK = 256 << 20
+# what ``DeltaRsStore.open_least`` reads on the driver at most: the open windows of the 5M-record benchmark cluster
+# are 0.5 MB of files (``window_floors``: 0.55 s as a Spark job)
+OPEN_READ_BYTES = 64 << 20
 _stack_size = threading.Lock()
 
 
@@ -498,6 +507,39 @@ class DeltaRsStore(TableStore):
         lows, highs = (b.field("cluster_id").to_pylist() for b in bounds)
         return any(lo is None or hi is None or any(lo <= c <= hi for c in clusters)
                    for lo, hi in zip(lows, highs, strict=True))
+
+    def open_least(self, table: TableDef, column: str, clusters: list[str]) -> dict[str, int] | None:
+        """Read on the driver from the files whose statistics say they hold open rows of the clusters (a build writes
+        open rows to files of their own: ``open_apart``), where those are under ``OPEN_READ_BYTES``."""
+        assert table.open_column is not None
+        adds = self._add_actions(table)
+        paths = adds["path"].to_pylist()
+        keep = [True] * adds.num_rows
+        if {"null_count", "min", "max"} <= set(adds.column_names):
+            stats = {side: adds[side].combine_chunks() for side in ("null_count", "min", "max")}
+            if stats["null_count"].type.get_field_index(table.open_column) >= 0:
+                keep = [n is None or n > 0 for n in stats["null_count"].field(table.open_column).to_pylist()]
+            if all(stats[side].type.get_field_index("cluster_id") >= 0 for side in ("min", "max")):
+                bounds = zip(stats["min"].field("cluster_id").to_pylist(),
+                             stats["max"].field("cluster_id").to_pylist(), strict=True)
+                keep = [k and (lo is None or hi is None or any(lo <= c <= hi for c in clusters))
+                        for k, (lo, hi) in zip(keep, bounds, strict=True)]
+        sizes = adds["size_bytes"].to_pylist()
+        if sum(size for size, k in zip(sizes, keep, strict=True) if k) > OPEN_READ_BYTES:
+            return None
+        out: dict[str, int] = {}
+        for path, k in zip(paths, keep, strict=True):
+            if not k:
+                continue
+            rows = pq.read_table(pa.BufferReader(self.storage.read_bytes(join(self.path(table), unquote(path)))),
+                                 columns=["cluster_id", column, table.open_column])
+            rows = rows.filter(pc.and_(pc.is_null(rows[table.open_column]),
+                                       pc.is_in(rows["cluster_id"], pa.array(clusters, pa.string()))))
+            for r in rows.group_by("cluster_id").aggregate([(column, "min")]).to_pylist():
+                at = r[f"{column}_min"]
+                if at is not None:
+                    out[r["cluster_id"]] = min(out.get(r["cluster_id"], at), at)
+        return out
 
     def _delete(self, table: TableDef, predicate: str, run_seq: int) -> None:
         from deltalake import CommitProperties, Transaction
