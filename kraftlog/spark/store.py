@@ -393,8 +393,8 @@ def in_threads(call: Callable[[Item], Out], items: list[Item], jobs: int) -> lis
 # of stack each): past about 20k items a thread's default 8 MB stack overflows and the process dies with SIGSEGV
 # (delta-io/delta-rs#2798). An increment names up to ``TOPICS_NAMED`` partitions so.
 DEEP_STACK = 256 << 20
-# what ``DeltaRsStore.open_least`` reads on the driver at most: the open windows of the 5M-record benchmark cluster
-# are 0.5 MB of files (``window_floors``: 0.55 s as a Spark job)
+# what ``DeltaRsStore.open_least`` reads on the driver at most (the files with open rows; an hour of the 5M-record
+# benchmark cluster ends with none open: no file read, where ``window_floors`` ran a Spark job of 0.55 s)
 OPEN_READ_BYTES = 64 << 20
 _stack_size = threading.Lock()
 
