@@ -60,8 +60,8 @@ def local_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], ddl: str) ->
 
 def local_rows(df: DataFrame, *names: str) -> list[tuple[Any, ...]]:
     """The values of the columns ``names`` of ``df``'s rows, on the driver: through Arrow, a tuple per row, no ``Row``
-    made (a plan's lookup of the 22k partitions an hour of the 5M-record benchmark cluster touches spent more in
-    ``Row`` item lookups than in its query)."""
+    made (a plan's lookup of the 22k partitions an hour of the 5M-record benchmark cluster touches spent as long in
+    ``Row`` item lookups as in its query)."""
     got = df.select(*names).toArrow()
     return list(zip(*(got.column(n).to_pylist() for n in names), strict=True))
 

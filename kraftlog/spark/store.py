@@ -219,7 +219,7 @@ class TableStore(ABC):
 
         Each table's rows are written by ``writers`` tasks (None: as many as the cluster runs at once). A small run
         gives one: its rows are few, and each Python task has a fixed cost (an hour of the 5M-record benchmark
-        cluster writes 13 tables: 26 tasks in 8.2 s of analysis, 13 in 6.4-7.1 s).
+        cluster writes 13 tables: 13 Python tasks instead of 26, half the files, its workers' CPU 2.2 -> 1.1 s).
         """
         n = max(1, writers or default_parallelism(self.spark))
 
@@ -293,7 +293,8 @@ class TableStore(ABC):
 
     def open_least(self, table: TableDef, column: str, clusters: list[str]) -> dict[str, int] | None:
         """Per cluster of ``clusters`` with open rows in ``table`` (its ``open_column`` null), the least ``column`` of
-        them, as its log alone tells (no Spark job); None where it cannot. Here: None."""
+        them, found without a Spark job (from the table's log, and the files it names read on the driver); None where
+        it cannot be. Here: None."""
         return None
 
     @abstractmethod
