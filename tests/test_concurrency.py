@@ -113,7 +113,7 @@ def test_a_stores_calls_in_threads_run_at_once_their_results_in_order() -> None:
     ended."""
     import threading
 
-    from kraftlog.spark.store import in_threads
+    from kraftlog.spark.session import in_threads
 
     together = threading.Barrier(3, timeout=30)
     ended: list[int] = []

@@ -401,9 +401,9 @@ def epochs_after(store: TableStore, got: dict[str, Landed], ends: dict[str, int 
     if not at:
         return {}
     epochs: dict[str, list[Any]] = {c: [] for c in at}
-    for r in local_rows(store.read(event_tables()["controller_leadership"]).filter(of_clusters(list(at))),
-                        "cluster_id", "epoch", "from_offset", "to_offset"):
-        epochs[r[0]].append(dict(zip(("cluster_id", "epoch", "from_offset", "to_offset"), r, strict=True)))
+    names = ("cluster_id", "epoch", "from_offset", "to_offset")
+    for r in local_rows(store.read(event_tables()["controller_leadership"]).filter(of_clusters(list(at))), *names):
+        epochs[r[0]].append(dict(zip(names, r, strict=True)))
     for mine in epochs.values():  # (ordered here: in Spark, a sort's sampling job more per hour)
         mine.sort(key=lambda r: r["from_offset"])
     out = {}

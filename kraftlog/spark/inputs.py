@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -21,7 +20,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraftlog.errors import UsageError
 from kraftlog.planning import pack
-from kraftlog.spark.session import default_parallelism
+from kraftlog.spark.session import default_parallelism, in_threads
 from kraftlog.storage import Storage, is_local
 from kraftlog.wire.files import MetaProperties, parse_meta_properties
 
@@ -151,6 +150,5 @@ def read_meta_properties(paths: list[str], storage: Storage, threads: int = 16) 
 
     if all(is_local(p) for p in paths):
         return dict(map(one, paths))
-    with ThreadPoolExecutor(threads) as pool:
-        return dict(pool.map(one, paths))
+    return dict(in_threads(one, paths, threads))
 

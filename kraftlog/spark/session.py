@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -316,6 +316,19 @@ class JobThreads(ThreadPoolExecutor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         return super().submit(carried(self.spark, fn), *args, **kwargs)
+
+
+Item = TypeVar("Item")
+Out = TypeVar("Out")
+
+
+def in_threads(call: Callable[[Item], Out], items: list[Item], jobs: int) -> list[Out]:
+    """``call`` on each of ``items``, ``jobs`` at a time in threads (each waits on storage or delta-rs, not on a Spark
+    job: those go through ``JobThreads``); the results in order (an exception raised once every call ended)."""
+    if not items:
+        return []
+    with ThreadPoolExecutor(max(1, min(jobs, len(items)))) as pool:
+        return list(pool.map(call, items))
 
 
 def job_parser(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None

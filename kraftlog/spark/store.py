@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -50,7 +50,14 @@ from kraftlog.identity import choose_cluster
 from kraftlog.lease import Lease
 from kraftlog.planning import pack
 from kraftlog.spark.inputs import FileGroups, FileSpec
-from kraftlog.spark.session import JobThreads, default_parallelism, described, is_connect, run_settings
+from kraftlog.spark.session import (
+    JobThreads,
+    default_parallelism,
+    described,
+    in_threads,
+    is_connect,
+    run_settings,
+)
 from kraftlog.spark.staging import (
     FILE_PART,
     WRITTEN,
@@ -377,19 +384,6 @@ class TableStore(ABC):
             self.after_commit(table.name)
 
 
-Item = TypeVar("Item")
-Out = TypeVar("Out")
-
-
-def in_threads(call: Callable[[Item], Out], items: list[Item], jobs: int) -> list[Out]:
-    """``call`` on each of ``items``, ``jobs`` at a time in threads (each waits on storage or delta-rs); the results in
-    order (an exception raised once every call ended)."""
-    if not items:
-        return []
-    with ThreadPoolExecutor(max(1, min(jobs, len(items)))) as pool:
-        return list(pool.map(call, items))
-
-
 # delta-rs parses a delete's predicate on the calling thread, recursing once per item of an IN list (some 380 bytes
 # of stack each): past about 20k items a thread's default 8 MB stack overflows and the process dies with SIGSEGV
 # (delta-io/delta-rs#2798). An increment names up to ``TOPICS_NAMED`` partitions so.
@@ -486,15 +480,30 @@ class DeltaRsStore(TableStore):
         """The table's active files (URI, size, modification time), from its log: a reader needs not ask
         the store for their sizes."""
         adds = self._add_actions(table)
-        # an add action's path is URL-encoded: the partition folder's own escapes (``%3D``) encoded again
-        return [FileSpec(join(self.path(table), unquote(path)), size, mtime)
-                for path, size, mtime in zip(adds["path"].to_pylist(), adds["size_bytes"].to_pylist(),
-                                             adds["modification_time"].to_pylist(), strict=True)]
+        return [FileSpec(uri, size, mtime)
+                for uri, size, mtime in zip(self._uris(table, adds), adds["size_bytes"].to_pylist(),
+                                            adds["modification_time"].to_pylist(), strict=True)]
+
+    def _uris(self, table: TableDef, adds: pa.Table) -> list[str]:
+        """The URIs of the files of ``adds`` (``_add_actions``). An add action's path is URL-encoded: the partition
+        folder's own escapes (``%3D``) encoded again."""
+        return [join(self.path(table), unquote(path)) for path in adds["path"].to_pylist()]
 
     def _add_actions(self, table: TableDef) -> pa.Table:
         """The add actions of the table's active files, their statistics as ``min`` / ``max`` structs (unflattened:
         flattening parses every file's statistics into columns of their own, on each call)."""
         return pa.table(self.table(table).get_add_actions(flatten=False))
+
+    @staticmethod
+    def _of_clusters(adds: pa.Table, clusters: list[str]) -> list[bool]:
+        """Per file of ``adds``, whether its ``cluster_id`` statistics (min, max) let it hold rows of ``clusters``
+        (every file may where there are none)."""
+        bounds = [adds[side].combine_chunks() for side in ("min", "max") if side in adds.column_names]
+        if len(bounds) < 2 or any(b.type.get_field_index("cluster_id") < 0 for b in bounds):
+            return [True] * adds.num_rows
+        lows, highs = (b.field("cluster_id").to_pylist() for b in bounds)
+        return [lo is None or hi is None or any(lo <= c <= hi for c in clusters)
+                for lo, hi in zip(lows, highs, strict=True)]
 
     def may_hold(self, table: TableDef, clusters: list[str] | None = None) -> bool:
         """From the table's log alone (no Spark job): it has files and, for ``clusters``, a file whose
@@ -502,37 +511,23 @@ class DeltaRsStore(TableStore):
         adds = self._add_actions(table)
         if adds.num_rows == 0 or clusters is None:
             return adds.num_rows > 0
-        bounds = [adds[side].combine_chunks() for side in ("min", "max") if side in adds.column_names]
-        if len(bounds) < 2 or any(b.type.get_field_index("cluster_id") < 0 for b in bounds):
-            return True  # no statistics of cluster_id: it may
-        lows, highs = (b.field("cluster_id").to_pylist() for b in bounds)
-        return any(lo is None or hi is None or any(lo <= c <= hi for c in clusters)
-                   for lo, hi in zip(lows, highs, strict=True))
+        return any(self._of_clusters(adds, clusters))
 
     def open_least(self, table: TableDef, column: str, clusters: list[str]) -> dict[str, int] | None:
         """Read on the driver from the files whose statistics say they hold open rows of the clusters (a build writes
         open rows to files of their own: ``open_apart``), where those are under ``OPEN_READ_BYTES``."""
         assert table.open_column is not None
         adds = self._add_actions(table)
-        paths = adds["path"].to_pylist()
-        keep = [True] * adds.num_rows
-        if {"null_count", "min", "max"} <= set(adds.column_names):
-            stats = {side: adds[side].combine_chunks() for side in ("null_count", "min", "max")}
-            if stats["null_count"].type.get_field_index(table.open_column) >= 0:
-                keep = [n is None or n > 0 for n in stats["null_count"].field(table.open_column).to_pylist()]
-            if all(stats[side].type.get_field_index("cluster_id") >= 0 for side in ("min", "max")):
-                bounds = zip(stats["min"].field("cluster_id").to_pylist(),
-                             stats["max"].field("cluster_id").to_pylist(), strict=True)
-                keep = [k and (lo is None or hi is None or any(lo <= c <= hi for c in clusters))
-                        for k, (lo, hi) in zip(keep, bounds, strict=True)]
-        sizes = adds["size_bytes"].to_pylist()
-        if sum(size for size, k in zip(sizes, keep, strict=True) if k) > OPEN_READ_BYTES:
+        keep = self._of_clusters(adds, clusters)
+        nulls = adds["null_count"].combine_chunks() if "null_count" in adds.column_names else None
+        if nulls is not None and nulls.type.get_field_index(table.open_column) >= 0:  # (else: any file may)
+            keep = [k and (n is None or n > 0)
+                    for k, n in zip(keep, nulls.field(table.open_column).to_pylist(), strict=True)]
+        if sum(size for size, k in zip(adds["size_bytes"].to_pylist(), keep, strict=True) if k) > OPEN_READ_BYTES:
             return None
         out: dict[str, int] = {}
-        for path, k in zip(paths, keep, strict=True):
-            if not k:
-                continue
-            rows = pq.read_table(pa.BufferReader(self.storage.read_bytes(join(self.path(table), unquote(path)))),
+        for uri in (uri for uri, k in zip(self._uris(table, adds), keep, strict=True) if k):
+            rows = pq.read_table(pa.BufferReader(self.storage.read_bytes(uri)),
                                  columns=["cluster_id", column, table.open_column])
             rows = rows.filter(pc.and_(pc.is_null(rows[table.open_column]),
                                        pc.is_in(rows["cluster_id"], pa.array(clusters, pa.string()))))
