@@ -59,6 +59,9 @@ class Inputs:
     # the resume offset and were open there, as the last analysis left them: each stands for the versions of its
     # window begun before that offset, which are not read (``open_windows``)
     opened: Callable[[str], DataFrame] | None = None
+    # a landed table's rows in a scope (by name), read from only the files whose statistics let them hold some
+    # (``TableStore.read``); None: ``table``'s, then the scope's ``select``
+    scoped: Callable[[str, Scope], DataFrame] | None = None
 
     def shared(self, name: str, frame: DataFrame) -> DataFrame:
         """``frame``, which several builders build alike from these inputs, or one reads more than once: where the
@@ -96,25 +99,31 @@ class Inputs:
         """The landed log records (``records`` rows of the log), in an incremental analysis from ``since`` on (in
         column ``by``; ``after``: only after it), and in the clusters ``folded`` only those after the end their tables
         were built to."""
-        records = self.table("records").filter(F.col("source") == "log")
         if self.since is None:
-            return records
+            return self.table("records").filter(F.col("source") == "log")
         since = replace(self.since, strict=True) if after else self.since
         if self.folded is None:
-            return self._landed(records, since, by)
-        return self._landed(records, since.without(self.folded.clusters), by).unionByName(
-            self._landed(records, self.folded, "log_offset"))
+            return self._landed(since, by)
+        return self._landed(since.without(self.folded.clusters), by).unionByName(
+            self._landed(self.folded, "log_offset"))
 
-    def _landed(self, records: DataFrame, scope: Scope, by: str) -> DataFrame:
-        """The ``records`` of ``scope`` (cut in column ``by``); of its clusters cut (not read whole), only those of the
+    def landed_in(self, name: str, scope: Scope) -> DataFrame:
+        """The rows of the landed table ``name`` in ``scope`` (``scoped``)."""
+        return self.scoped(name, scope) if self.scoped is not None else scope.select(self.table(name))
+
+    def _landed(self, scope: Scope, by: str) -> DataFrame:
+        """The log records of ``scope`` (cut in column ``by``); of its clusters cut (not read whole), only those of the
         runs that landed them (``landed_by``): a cluster read whole in the hour (one rebuilt of a fleet) leaves the
         others' reads bounded by run."""
+        def records(where: Scope) -> DataFrame:
+            return self.landed_in("records", where).filter(F.col("source") == "log")
+
         cut = scope.without(scope.whole)
         run = self.landed_by(cut) if self.landed_by is not None and by == "log_offset" and not cut.empty else None
         if run is None:
-            return scope.on(by).select(records)
-        rows = cut.on(by).select(records).filter(F.col("run_id") >= run)
-        return Scope.of(scope.whole, {}).select(records).unionByName(rows) if scope.whole else rows
+            return records(scope.on(by))
+        rows = records(cut.on(by)).filter(F.col("run_id") >= run)
+        return records(Scope.of(scope.whole, {})).unionByName(rows) if scope.whole else rows
 
     def fold(self, name: str, rows: DataFrame, keys: list[str], sums: Mapping[str, Column],
              merge: Callable[[DataFrame], DataFrame] | None = None) -> DataFrame:

@@ -315,7 +315,7 @@ def partition_topics(store: TableStore, resume: dict[str, int]) -> tuple[dict[st
     since = Scope.of([], resume, "valid_from_offset", "valid_to_offset")
     none = _whole_topic()
     keys = ["cluster_id", "topic_id", "partition_id"]
-    versions = since.select(store.read(kinds["partitions"])).select(*keys, "valid_from_offset", "valid_to_offset",
+    versions = store.read(kinds["partitions"], since).select(*keys, "valid_from_offset", "valid_to_offset",
                                                                      "ended_by")
     # born since: a version begun since that no update ended into
     into = versions.filter(F.col("ended_by") == "update").select(
@@ -359,7 +359,7 @@ def config_reads(store: TableStore, since: Scope) -> list[DataFrame]:
     as begun or ended since); the cluster default, every topic. On a cluster whose topics' min.insync.replicas
     change hour after hour, an hour reads the partitions of those topics, not every partition."""
     kinds = history_tables()
-    changed = (since.select(store.read(kinds["configs"])).filter(F.col("name").isin(*PARTITION_CONFIGS))
+    changed = (store.read(kinds["configs"], since).filter(F.col("name").isin(*PARTITION_CONFIGS))
                .select("cluster_id", "resource_type", "resource_name"))
     broker, default = F.col("resource_type") == BROKER_CONFIG, F.col("resource_name") == ""
     topics = changed.filter(F.col("resource_type") == TOPIC_CONFIG).select(
@@ -454,12 +454,13 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope
     def only(df: DataFrame) -> DataFrame:
         return only_clusters(df, clusters)
 
-    def rows(kind: str, df: DataFrame) -> DataFrame:
-        df = only(df) if versions is None else versions.select(df)
+    def rows(kind: str, df: DataFrame) -> DataFrame:  # (the versions in scope: from the files that may hold some)
+        df = only(df) if versions is None else store.read(history_tables()[kind], versions)
         return only_topics(df, topics or {}) if kind == "partitions" else df
 
     return Inputs(_Made(lambda k: rows(k, histories[k]), histories), lambda name: only(source(name)), only(ranges),
-                  since, _Made(lambda k: only(histories[k]), histories), landed_by=landed_by)
+                  since, _Made(lambda k: only(histories[k]), histories), landed_by=landed_by,
+                  scoped=lambda name, scope: store.read(catalog()[name], scope))
 
 
 class _Once:
@@ -573,7 +574,7 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
                    for x in by_kind.values()}
         by_kind = {kind: keeping[id(x)] for kind, x in by_kind.items()}
     with JobThreads(store.spark, 2) as pool:  # (found while the first tables are planned)
-        changed = pool.submit(changed_kinds, every, plan)
+        changed = pool.submit(changed_kinds, store, every, plan)
         empty = pool.submit(empty_kinds, store, clusters)
 
         def landing(name: str, increment: str, where: Scope | None) -> Landing | None:
@@ -636,7 +637,7 @@ def empty_kinds(store: TableStore, clusters: list[str] | None) -> set[str]:
 
 def _built(store: TableStore, rows: Scope) -> Callable[[str], DataFrame]:
     """The ``rows`` of an event table, by name, as the store holds them now (``Inputs.built``)."""
-    return lambda name: rows.select(store.read(event_tables()[name]))
+    return lambda name: store.read(event_tables()[name], rows)
 
 
 @dataclass(frozen=True)
@@ -678,7 +679,12 @@ class _Reader(Inputs):
             self.landed = True
             return inputs.table(name)
 
-        super().__init__(**{**{f.name: getattr(inputs, f.name) for f in dataclasses.fields(Inputs)}, "table": table})
+        def scoped(name: str, scope: Scope) -> DataFrame:
+            self.landed = True
+            return inputs.landed_in(name, scope)
+
+        super().__init__(**{**{f.name: getattr(inputs, f.name) for f in dataclasses.fields(Inputs)}, "table": table,
+                            "scoped": scoped})
 
     def history(self, kind: str, whole: bool = False) -> DataFrame:
         self.read.add(kind)
@@ -694,7 +700,7 @@ class _Reader(Inputs):
         return Reads(frozenset(self.read), self.landed, self.end, self.read_whole)
 
 
-def changed_kinds(x: Inputs, plan: EventPlan) -> dict[str, set[str]]:
+def changed_kinds(store: TableStore, x: Inputs, plan: EventPlan) -> dict[str, set[str]]:
     """Per cluster going on, what changed since its resume offset: the entity kinds with a version begun or ended
     there or later (the partitions: where ``partition_topics`` found a partition to read, a version begun or ended
     since or a config that applies to partitions changed), ``BIRTHS`` where a partition was born since and
@@ -707,8 +713,8 @@ def changed_kinds(x: Inputs, plan: EventPlan) -> dict[str, set[str]]:
     snapshot_rows = Scope.of([], plan.held, "run_id", strict=True).select(
         x.table("files").filter(F.col("file_kind") == "snapshot"))
     found = functools.reduce(DataFrame.unionByName, [
-        *[since.select(df).select("cluster_id", F.lit(kind).alias("kind")).distinct()
-          for kind, df in x.histories.items() if kind != "partitions"],
+        *[store.read(t, since).select("cluster_id", F.lit(kind).alias("kind")).distinct()
+          for kind, t in history_tables().items() if kind != "partitions"],
         snapshot_rows.select("cluster_id", F.lit(SNAPSHOT_FILES).alias("kind")).distinct()])
     out: dict[str, set[str]] = {c: set() for c in plan.going_on}
     for r in found.collect():

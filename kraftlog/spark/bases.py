@@ -49,6 +49,14 @@ class LandedTables:
         return self.store.may_hold(catalog()[name], clusters)
 
 
+def scoped(table: TableSource, name: str, where: Scope) -> DataFrame:
+    """The rows of ``table``'s ``name`` in ``where``: of a store's tables, read from only the files whose statistics
+    let them hold some (``TableStore.read``)."""
+    if isinstance(table, LandedTables):
+        return table.store.read(catalog()[name], where)
+    return where.select(table(name))
+
+
 def may_hold(table: TableSource, name: str, clusters: list[str]) -> bool:
     """Whether ``table``'s ``name`` may hold rows of ``clusters``: True unless its store's log tells it holds none
     (a source that is not a store's cannot tell)."""
@@ -174,9 +182,11 @@ def log_epochs(log: DataFrame, points: list[tuple[str, int]]) -> dict[tuple[str,
     return {(r["cluster_id"], r["log_offset"]): r["batch_epoch"] for r in rows if r["batch_epoch"] is not None}
 
 
-def _sources(table: TableSource, clusters: list[str] | None) -> tuple[DataFrame, DataFrame]:
-    """The log records and the snapshot records (of ``clusters``, else of every cluster)."""
-    records = only_clusters(table("records"), clusters)
+def _sources(table: TableSource, clusters: list[str] | None, where: Scope | None = None
+             ) -> tuple[DataFrame, DataFrame]:
+    """The log records and the snapshot records (of ``clusters``, else of every cluster; ``where``: only those in
+    that scope)."""
+    records = only_clusters(table("records"), clusters) if where is None else scoped(table, "records", where)
     return records.filter(F.col("source") == "log"), records.filter(F.col("source") == "snapshot")
 
 
@@ -215,9 +225,9 @@ def carry_bases(table: TableSource, previous: Mapping[str, ClusterBase], since: 
         return Carried({}, {})
     later = Scope.of([], since, "run_id", strict=True)
     log, snaps = _sources(table, list(since))
-    recent = later.select(log)
+    recent, landed_snaps = _sources(table, list(since), later)
     with JobThreads(snaps.sparkSession, 1) as pool:  # two small jobs: each waits more on scheduling than on cores
-        new_snaps = pool.submit(lambda: later.select(snaps).select("cluster_id", "snapshot_id").distinct().collect())
+        new_snaps = pool.submit(lambda: landed_snaps.select("cluster_id", "snapshot_id").distinct().collect())
         runs = _runs(recent, types=True)
         touched: dict[str, set[str]] = {}
         for r in new_snaps.result():

@@ -39,6 +39,7 @@ from kraftlog.spark.bases import (
     cluster_bases,
     from_summary,
     log_digest,
+    scoped,
     summary_columns,
     summary_row,
 )
@@ -52,7 +53,7 @@ from kraftlog.spark.predicates import (
     sql_literal,
     topics_sql,
 )
-from kraftlog.spark.replay import state_rows
+from kraftlog.spark.replay import state_rows, state_scope
 from kraftlog.spark.session import JobThreads, local_frame, local_rows
 from kraftlog.spark.store import TableStore
 from kraftlog.state.entities import BY_NAME, history_tables, replay_ranges_table, replay_state_table
@@ -247,8 +248,9 @@ def plan_build(spark: SparkSession, store: TableStore, table: TableSource, clust
                                         carried=_carried(problems.get(b.cluster_id), b.base.problem,
                                                          go_on[b.cluster_id])))
         plan.resumed = sorted(go_on)
-        plan.state = state_rows({kind: store.read(t) for kind, t in history_tables().items() if kind in plan.kinds},
-                                go_on, plan.restored)
+        holding = state_scope(go_on)
+        plan.state = state_rows({kind: store.read(t, holding) for kind, t in history_tables().items()
+                                 if kind in plan.kinds}, go_on, plan.restored)
     return plan
 
 
@@ -261,7 +263,7 @@ def types_since(table: TableSource, resume: dict[str, tuple[str, int]]) -> dict[
     from the resume offset on."""
     found: dict[str, set[str]] = {c: set() for c in resume}
     if resume:
-        records = _since(resume).select(table("records").filter(F.col("source") == "log"))
+        records = scoped(table, "records", _since(resume)).filter(F.col("source") == "log")
         for r in records.select("cluster_id", "record_type").distinct().collect():
             if r["record_type"] is not None:
                 found[r["cluster_id"]].add(r["record_type"])
@@ -284,7 +286,7 @@ def topics_read(table: TableSource, resume: dict[str, tuple[str, int]], types: d
 
     if keyed:
         rows = functools.reduce(DataFrame.unionByName, [
-            _since(resume).select(table(by_type[t].name).filter(F.col("source") == "log")).select(
+            scoped(table, by_type[t].name, _since(resume)).filter(F.col("source") == "log").select(
                 "cluster_id", F.lit(t).alias("record_type"), key(t, "topic_id", by_topic, "string"),
                 key(t, "partition_id", Replayer.PARTITION_KEYED, "int"))
             for t in keyed])

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog.analytics.events import NO_OP, snapshot_times
-from kraftlog.spark.bases import TableSource
+from kraftlog.spark.bases import TableSource, scoped
 from kraftlog.spark.predicates import Scope, of_clusters
 from kraftlog.spark.session import local_frame
 from kraftlog.tables.definitions import catalog
@@ -105,13 +105,13 @@ def landed_since(table: TableSource, since: Mapping[str, str]) -> dict[str, Land
         return df.select("cluster_id", none_long.alias("first"), none_long.alias("last"), F.col(column).alias("t"),
                          F.lit(None).cast("int").alias("epoch"))
 
-    records = later.select(table("records").filter(F.col("source") == "log")).select(
+    records = scoped(table, "records", later).filter(F.col("source") == "log").select(
         "cluster_id", F.col("log_offset").alias("first"), F.col("log_offset").alias("last"),
         F.col("timestamp").alias("t"), F.col("batch_epoch").alias("epoch"))
-    snapshots = (later.select(table("files").filter(F.col("file_kind") == "snapshot"))
+    snapshots = (scoped(table, "files", later).filter(F.col("file_kind") == "snapshot")
                  .select("cluster_id", "snapshot_id").join(snapshot_times(table), ["cluster_id", "snapshot_id"]))
-    parts = [records, times(later.select(table("batches").filter(~F.col("crc_valid"))), "max_timestamp"),
-             times(later.select(table("divergence")), "loser_timestamp"), times(snapshots, "timestamp")]
+    parts = [records, times(scoped(table, "batches", later).filter(~F.col("crc_valid")), "max_timestamp"),
+             times(scoped(table, "divergence", later), "loser_timestamp"), times(snapshots, "timestamp")]
     rows = (functools.reduce(DataFrame.unionByName, parts).groupBy("cluster_id")
             .agg(F.min("first").alias("first"), F.max("last").alias("last"),
                  F.unix_micros(F.date_trunc("hour", F.min("t"))).alias("hour"), F.min("epoch").alias("epoch"))

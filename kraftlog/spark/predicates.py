@@ -8,7 +8,7 @@ value: with hundreds of clusters, seconds per read).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -103,6 +103,17 @@ def topics_sql(read: TopicsRead) -> str:
     return "(" + " OR ".join(terms) + ")" if terms else "false"
 
 
+# a column's statistics in one file: (min, max, null count), each None where not known
+Bounds = tuple[Any, Any, int | None]
+# a string statistic this long or longer may be a prefix (a writer truncated it): no upper bound
+TRUNCATED_AT = 32
+
+
+def _upper(value: Any) -> Any:
+    """A file's max statistic as an upper bound (None: none)."""
+    return None if isinstance(value, str) and len(value) >= TRUNCATED_AT else value
+
+
 SQL_TERMS = 8  # distinct cut offsets a Scope selects by SQL in Spark; more: a broadcast join
 
 
@@ -174,6 +185,41 @@ class Scope:
         parts = [str(cluster_predicate(list(self.whole)))] if self.whole else []
         parts += [f"{cluster_predicate(cs)} AND {self._condition(cut_literal(o))}" for o, cs in self._by_offset()]
         return " OR ".join(f"({p})" for p in parts) if parts else "false"
+
+    def may_hold(self, bounds: Callable[[str], Bounds | None], rows: int | None) -> bool:
+        """Whether a file may hold rows of this scope, as its statistics tell (``bounds``: a column's in the file,
+        None where it has none; ``rows``: its row count, None: not known): False only where they rule every row
+        out, by its ``cluster_id`` range or by the scope's columns all before the least cut of the clusters in that
+        range (data skipping: the reader then lists fewer files, and Spark runs fewer tasks)."""
+        held = bounds("cluster_id")
+        low, high = (held[0], _upper(held[1])) if held else (None, None)
+
+        def within(c: str) -> bool:
+            return (low is None or low <= c) and (high is None or c <= high)
+
+        if any(within(c) for c in self.whole):
+            return True
+        cuts = [o for c, o in self.after if within(c)]
+        if not cuts or not self.columns:
+            return bool(cuts)
+        least = min(cuts)
+        for i, column in enumerate(self.columns):
+            b = bounds(column)
+            if b is None:
+                return True
+            top, nulls = _upper(b[1]), b[2]
+            if self.open and i == 0 and (nulls is None or nulls > 0):
+                return True  # (an open row)
+            if top is None:
+                if nulls is None or rows is None or nulls < rows:
+                    return True  # no bound known (every row null: none at or after the cut)
+                continue
+            try:
+                if top > least or (top == least and not self.strict):
+                    return True
+            except TypeError:  # a statistic of another type than the cut's (naive and aware instants)
+                return True
+        return False
 
     def select(self, df: DataFrame) -> DataFrame:
         """The rows of ``df`` in this scope (its columns unchanged)."""

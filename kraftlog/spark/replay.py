@@ -99,6 +99,12 @@ def _typed_rows(table: TableSource, source: _Source) -> DataFrame:
                      else F.lit("{}").alias("_data"))
 
 
+def state_scope(resume: dict[str, int]) -> Scope:
+    """The history rows ``state_rows`` reads of the clusters of ``resume``: those still open or ended at the resume
+    offset or later (what a reader skips first: versions ended before the cut, in the files of closed versions)."""
+    return Scope.of([], resume, "valid_to_offset", open=True)
+
+
 def state_rows(histories: dict[str, DataFrame], resume: dict[str, int],
                restored: Mapping[str, TopicsRead | None] | None = None) -> DataFrame | None:
     """Stream rows restoring where the last build of each cluster of ``resume`` stopped: the versions holding just
@@ -112,8 +118,7 @@ def state_rows(histories: dict[str, DataFrame], resume: dict[str, int],
     spark = next(iter(histories.values())).sparkSession
     cut = F.broadcast(local_frame(spark, list(resume.items()), "cluster_id string, _resume long"))
     held = valid_at(F.col("_resume") - 1)  # the versions holding just before it
-    # (what Parquet can skip by first: versions ended before the cut, in the files of closed versions)
-    ending = Scope.of([], resume, "valid_to_offset", open=True)
+    ending = state_scope(resume)
     for kind, df in histories.items():
         k = BY_NAME[kind]
         topic = F.col("topic_id") if kind == Replayer.SPLIT_KIND else F.lit(None).cast("string")

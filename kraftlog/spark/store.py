@@ -50,6 +50,7 @@ from kraftlog.identity import choose_cluster
 from kraftlog.lease import Lease
 from kraftlog.planning import pack
 from kraftlog.spark.inputs import FileGroups, FileSpec
+from kraftlog.spark.predicates import Bounds, Scope
 from kraftlog.spark.session import (
     JobThreads,
     default_parallelism,
@@ -289,9 +290,15 @@ class TableStore(ABC):
         assert table.derived, f"{table.name} holds landed rows: never dropped"
         self.storage.delete_tree(self.path(table))
 
+    def read(self, table: TableDef, where: Scope | None = None) -> DataFrame:
+        """``table`` as a DataFrame; ``where``: only its rows in that scope (``Scope.select``), read from only the
+        files that may hold some where the store can tell by their statistics (``_read``)."""
+        df = self._read(table, where)
+        return df if where is None else where.select(df)
+
     @abstractmethod
-    def read(self, table: TableDef) -> DataFrame:
-        """``table`` as a DataFrame."""
+    def _read(self, table: TableDef, where: Scope | None) -> DataFrame:
+        """``table`` as a DataFrame: every row, or at least those in ``where``."""
 
     def may_hold(self, table: TableDef, clusters: list[str] | None = None) -> bool:
         """Whether ``table`` may hold rows (of ``clusters``, if given), as its log alone tells (no Spark job): False
@@ -473,16 +480,18 @@ class DeltaRsStore(TableStore):
         dt.alter.add_columns([Field.from_arrow(f) for f in added])
         dt.alter.set_table_properties({"kraftlog.schema": table.fingerprint}, raise_if_not_exists=False)
 
-    def read(self, table: TableDef) -> DataFrame:
-        return self.read_parquet(self.files(table), spark_schema(table))
+    def _read(self, table: TableDef, where: Scope | None) -> DataFrame:
+        return self.read_parquet(self.files(table, where), spark_schema(table))
 
-    def files(self, table: TableDef) -> list[FileSpec]:
+    def files(self, table: TableDef, where: Scope | None = None) -> list[FileSpec]:
         """The table's active files (URI, size, modification time), from its log: a reader needs not ask
-        the store for their sizes."""
+        the store for their sizes; ``where``: only those whose statistics let them hold rows of that scope
+        (``Scope.may_hold``)."""
         adds = self._add_actions(table)
+        keep = [True] * adds.num_rows if where is None else _in_scope(adds, where)
         return [FileSpec(uri, size, mtime)
-                for uri, size, mtime in zip(self._uris(table, adds), adds["size_bytes"].to_pylist(),
-                                            adds["modification_time"].to_pylist(), strict=True)]
+                for uri, size, mtime, k in zip(self._uris(table, adds), adds["size_bytes"].to_pylist(),
+                                               adds["modification_time"].to_pylist(), keep, strict=True) if k]
 
     def _uris(self, table: TableDef, adds: pa.Table) -> list[str]:
         """The URIs of the files of ``adds`` (``_add_actions``). An add action's path is URL-encoded: the partition
@@ -498,12 +507,7 @@ class DeltaRsStore(TableStore):
     def _of_clusters(adds: pa.Table, clusters: list[str]) -> list[bool]:
         """Per file of ``adds``, whether its ``cluster_id`` statistics (min, max) let it hold rows of ``clusters``
         (every file may where there are none)."""
-        bounds = [adds[side].combine_chunks() for side in ("min", "max") if side in adds.column_names]
-        if len(bounds) < 2 or any(b.type.get_field_index("cluster_id") < 0 for b in bounds):
-            return [True] * adds.num_rows
-        lows, highs = (b.field("cluster_id").to_pylist() for b in bounds)
-        return [lo is None or hi is None or any(lo <= c <= hi for c in clusters)
-                for lo, hi in zip(lows, highs, strict=True)]
+        return _in_scope(adds, Scope.of(clusters, {}))
 
     def may_hold(self, table: TableDef, clusters: list[str] | None = None) -> bool:
         """From the table's log alone (no Spark job): it has files and, for ``clusters``, a file whose
@@ -617,8 +621,8 @@ class DeltaSparkStore(TableStore):
         self.spark.sql(f"ALTER TABLE delta.`{self.path(table)}` SET TBLPROPERTIES "
                        f"('kraftlog.schema' = '{table.fingerprint}')")
 
-    def read(self, table: TableDef) -> DataFrame:
-        return self.spark.read.format("delta").load(self.path(table))
+    def _read(self, table: TableDef, where: Scope | None) -> DataFrame:
+        return self.spark.read.format("delta").load(self.path(table))  # (Delta skips files by the filter itself)
 
     def _delete(self, table: TableDef, predicate: str, run_seq: int) -> None:
         marker = f"{DELETE_APP}:{run_seq}"
@@ -653,6 +657,31 @@ class DeltaSparkStore(TableStore):
         writer.save(self.path(table))
         self.discard_staging(build_id)
         self._committed_to(table)
+
+
+def _in_scope(adds: pa.Table, where: Scope) -> list[bool]:
+    """Per file of ``adds`` (``DeltaRsStore._add_actions``), whether its statistics let it hold rows of ``where``."""
+    stats = {side: adds[side].combine_chunks() for side in ("min", "max", "null_count") if side in adds.column_names}
+    n = adds.num_rows
+    rows = adds["num_records"].to_pylist() if "num_records" in adds.column_names else [None] * n
+    columns: dict[str, list[Bounds] | None] = {}
+
+    def side(name: str, of: str) -> list[Any]:
+        found = stats.get(of)
+        return found.field(name).to_pylist() if found is not None and found.type.get_field_index(name) >= 0 \
+            else [None] * n
+
+    def of(name: str) -> list[Bounds] | None:  # a column's statistics, file by file (None: none kept)
+        if name not in columns:
+            lows, highs, nulls = side(name, "min"), side(name, "max"), side(name, "null_count")
+            known = any(h is not None for h in highs) or any(c is not None for c in nulls)
+            columns[name] = list(zip(lows, highs, nulls, strict=True)) if known else None
+        return columns[name]
+
+    def bounds(i: int) -> Callable[[str], Bounds | None]:
+        return lambda name: None if (found := of(name)) is None else found[i]
+
+    return [where.may_hold(bounds(i), rows[i]) for i in range(n)]
 
 
 def _whole(name: str) -> Router:
