@@ -1258,3 +1258,8 @@ def test_a_files_statistics_rule_rows_out_only_where_they_bound_them() -> None:
         bounds(cluster_id=("c", "c", 0), t=(datetime(2025, 1, 1), datetime(2025, 1, 2), 0)), 10)
     assert not Scope.of([], {"c": instant}, "t").may_hold(
         bounds(cluster_id=("c", "c", 0), t=(instant.replace(year=2025), instant.replace(year=2025), 0)), 10)
+    # an instant's statistic in milliseconds bounds what a writer cut to them: up to the next millisecond
+    assert Scope.of([], {"c": instant.replace(microsecond=500)}, "t").may_hold(
+        bounds(cluster_id=("c", "c", 0), t=(instant, instant, 0)), 10)
+    assert not Scope.of([], {"c": instant.replace(microsecond=1000)}, "t", strict=True).may_hold(
+        bounds(cluster_id=("c", "c", 0), t=(instant, instant, 0)), 10)

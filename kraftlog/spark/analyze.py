@@ -454,11 +454,11 @@ def inputs(store: TableStore, clusters: list[str] | None = None, versions: Scope
     def only(df: DataFrame) -> DataFrame:
         return only_clusters(df, clusters)
 
-    def rows(kind: str, df: DataFrame) -> DataFrame:  # (the versions in scope: from the files that may hold some)
-        df = only(df) if versions is None else store.read(history_tables()[kind], versions)
+    def rows(kind: str) -> DataFrame:  # (the versions in scope: from the files that may hold some)
+        df = only(histories[kind]) if versions is None else store.read(history_tables()[kind], versions)
         return only_topics(df, topics or {}) if kind == "partitions" else df
 
-    return Inputs(_Made(lambda k: rows(k, histories[k]), histories), lambda name: only(source(name)), only(ranges),
+    return Inputs(_Made(rows, histories), lambda name: only(source(name)), only(ranges),
                   since, _Made(lambda k: only(histories[k]), histories), landed_by=landed_by,
                   scoped=lambda name, scope: store.read(catalog()[name], scope))
 

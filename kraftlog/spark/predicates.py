@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -110,7 +110,10 @@ TRUNCATED_AT = 32
 
 
 def _upper(value: Any) -> Any:
-    """A file's max statistic as an upper bound (None: none)."""
+    """A file's max statistic as an upper bound (None: none): a string that may be a prefix has none, an instant
+    (Delta keeps milliseconds; a writer may have cut the rest) is bounded by the next millisecond."""
+    if isinstance(value, datetime):
+        return value + timedelta(milliseconds=1)
     return None if isinstance(value, str) and len(value) >= TRUNCATED_AT else value
 
 
