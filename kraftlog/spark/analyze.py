@@ -574,7 +574,7 @@ def planned_frames(store: TableStore, plan: EventPlan, kept: Kept | None = None
                    for x in by_kind.values()}
         by_kind = {kind: keeping[id(x)] for kind, x in by_kind.items()}
     with JobThreads(store.spark, 2) as pool:  # (found while the first tables are planned)
-        changed = pool.submit(changed_kinds, store, every, plan)
+        changed = pool.submit(changed_kinds, store, plan)
         empty = pool.submit(empty_kinds, store, clusters)
 
         def landing(name: str, increment: str, where: Scope | None) -> Landing | None:
@@ -700,7 +700,7 @@ class _Reader(Inputs):
         return Reads(frozenset(self.read), self.landed, self.end, self.read_whole)
 
 
-def changed_kinds(store: TableStore, x: Inputs, plan: EventPlan) -> dict[str, set[str]]:
+def changed_kinds(store: TableStore, plan: EventPlan) -> dict[str, set[str]]:
     """Per cluster going on, what changed since its resume offset: the entity kinds with a version begun or ended
     there or later (the partitions: where ``partition_topics`` found a partition to read, a version begun or ended
     since or a config that applies to partitions changed), ``BIRTHS`` where a partition was born since and
@@ -710,8 +710,8 @@ def changed_kinds(store: TableStore, x: Inputs, plan: EventPlan) -> dict[str, se
     if not plan.going_on or not plan.only_going_on:
         return {}
     since = Scope.of([], {c: cut.resume for c, cut in plan.going_on.items()}, "valid_from_offset", "valid_to_offset")
-    snapshot_rows = Scope.of([], plan.held, "run_id", strict=True).select(
-        x.table("files").filter(F.col("file_kind") == "snapshot"))
+    snapshot_rows = store.read(catalog()["files"], Scope.of([], plan.held, "run_id", strict=True)).filter(
+        F.col("file_kind") == "snapshot")
     found = functools.reduce(DataFrame.unionByName, [
         *[store.read(t, since).select("cluster_id", F.lit(kind).alias("kind")).distinct()
           for kind, t in history_tables().items() if kind != "partitions"],

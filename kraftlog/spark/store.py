@@ -522,11 +522,9 @@ class DeltaRsStore(TableStore):
         open rows to files of their own: ``open_apart``), where those are under ``OPEN_READ_BYTES``."""
         assert table.open_column is not None
         adds = self._add_actions(table)
-        keep = self._of_clusters(adds, clusters)
-        nulls = adds["null_count"].combine_chunks() if "null_count" in adds.column_names else None
-        if nulls is not None and nulls.type.get_field_index(table.open_column) >= 0:  # (else: any file may)
-            keep = [k and (n is None or n > 0)
-                    for k, n in zip(keep, nulls.field(table.open_column).to_pylist(), strict=True)]
+        keep = [k and (n is None or n > 0)  # (no null count: the file may hold open rows)
+                for k, n in zip(self._of_clusters(adds, clusters), _statistic(adds, "null_count", table.open_column),
+                                strict=True)]
         if sum(size for size, k in zip(adds["size_bytes"].to_pylist(), keep, strict=True) if k) > OPEN_READ_BYTES:
             return None
         out: dict[str, int] = {}
@@ -659,21 +657,25 @@ class DeltaSparkStore(TableStore):
         self._committed_to(table)
 
 
+def _statistic(adds: pa.Table, side: str, name: str) -> list[Any]:
+    """Per file of ``adds`` (``DeltaRsStore._add_actions``), its ``side`` statistic (``min``, ``max``, ``null_count``)
+    of column ``name``; None where it has none."""
+    if side in adds.column_names:
+        stats = adds[side].combine_chunks()
+        if stats.type.get_field_index(name) >= 0:
+            return stats.field(name).to_pylist()
+    return [None] * adds.num_rows
+
+
 def _in_scope(adds: pa.Table, where: Scope) -> list[bool]:
     """Per file of ``adds`` (``DeltaRsStore._add_actions``), whether its statistics let it hold rows of ``where``."""
-    stats = {side: adds[side].combine_chunks() for side in ("min", "max", "null_count") if side in adds.column_names}
     n = adds.num_rows
     rows = adds["num_records"].to_pylist() if "num_records" in adds.column_names else [None] * n
     columns: dict[str, list[Bounds] | None] = {}
 
-    def side(name: str, of: str) -> list[Any]:
-        found = stats.get(of)
-        return found.field(name).to_pylist() if found is not None and found.type.get_field_index(name) >= 0 \
-            else [None] * n
-
     def of(name: str) -> list[Bounds] | None:  # a column's statistics, file by file (None: none kept)
         if name not in columns:
-            lows, highs, nulls = side(name, "min"), side(name, "max"), side(name, "null_count")
+            lows, highs, nulls = (_statistic(adds, side, name) for side in ("min", "max", "null_count"))
             known = any(h is not None for h in highs) or any(c is not None for c in nulls)
             columns[name] = list(zip(lows, highs, nulls, strict=True)) if known else None
         return columns[name]
