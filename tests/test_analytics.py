@@ -439,9 +439,10 @@ def test_a_runs_spark_jobs_are_described_by_the_run_and_the_table_each_builds(sp
     assert spark.sparkContext.getLocalProperty("spark.job.description") is None
 
 
-def test_a_tables_rows_are_written_by_as_many_tasks_as_the_run_asks(spark: Any, tmp_path: Path) -> None:
+def test_a_tables_rows_are_written_by_every_task_slot_or_by_the_driver_in_a_small_run(
+        spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
     """``TableStore.replace`` writes a table's rows in as many tasks as the cluster runs at once (a file of a
-    cluster each), and in ``writers`` tasks where a run gives that (a small analysis: one)."""
+    cluster each); a small run's are collected and written by the driver, in one file, with no Python task."""
     from kraftlog.config import Config
     from kraftlog.spark.session import default_parallelism
     from kraftlog.spark.store import open_store, writing
@@ -449,14 +450,20 @@ def test_a_tables_rows_are_written_by_as_many_tasks_as_the_run_asks(spark: Any, 
     store = open_store(spark, str(tmp_path / "wh"))
     table = event_tables()["log_gaps"]
     frame = spark.createDataFrame([("c", i, i, 1) for i in range(0, 400, 2)], spark_schema(table)).repartition(4)
-    files = {}
+    tasks: list[bool] = []  # per Python map started: whether the run was small
+    mapped = type(frame).mapInArrow
+    files, rows = {}, {}
     with writing(store, Config.load(), "R-writers", "analyze"):
         store.ensure(table)
-        for writers in (None, 1):
-            assert store.replace([(table, lambda: (frame, None))], f"B-{writers}", writers=writers) == {
-                table.name: 200}
-            files[writers] = len(DeltaTable(str(tmp_path / "wh" / table.name)).file_uris())
-    assert files == {None: default_parallelism(spark), 1: 1} and files[None] > 1
+        for small in (False, True):
+            monkeypatch.setattr(type(frame), "mapInArrow", lambda df, *a, s=small, **k: (
+                tasks.append(s), mapped(df, *a, **k))[1])
+            assert store.replace([(table, lambda: (frame, None))], f"B-{small}", small=small) == {table.name: 200}
+            files[small] = len(DeltaTable(str(tmp_path / "wh" / table.name)).file_uris())
+            rows[small] = sorted(DeltaTable(str(tmp_path / "wh" / table.name)).to_pyarrow_table().to_pylist(),
+                                 key=lambda r: r["from_offset"])
+    assert files == {False: default_parallelism(spark), True: 1} and files[False] > 1
+    assert tasks == [False] and rows[True] == rows[False] and len(rows[True]) == 200
 
 
 def test_where_the_earliest_open_window_began_is_read_from_the_open_rows_files(spark: Any, sample_events: Any,

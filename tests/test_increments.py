@@ -1123,11 +1123,11 @@ def test_a_small_increment_evaluates_its_expressions_interpreted_and_leaves_the_
 
     monkeypatch.setattr(history_module, "plan_build", watched(history_module.plan_build))
     monkeypatch.setattr(analyze_module, "plan_events", watched(analyze_module.plan_events))
-    writers: list[int | None] = []  # the tasks each analysis writes a table's rows in (None: one a task slot)
+    small: list[bool] = []  # per analysis, whether it wrote its tables' rows as a small run (by the driver)
     replace = TableStore.replace
 
     def counted(self: TableStore, *args: Any, **kwargs: Any) -> dict[str, int]:
-        writers.append(kwargs.get("writers"))
+        small.append(kwargs.get("small", False))
         return replace(self, *args, **kwargs)
 
     monkeypatch.setattr(TableStore, "replace", counted)
@@ -1177,7 +1177,7 @@ def test_a_small_increment_evaluates_its_expressions_interpreted_and_leaves_the_
         assert offsets == analysed == changes(*ends[1:]) > 0 and grown.resumed == 1, grown.line()
         assert (grown.interpreted, events.plan.interpreted, seen[4:]) == (True, True, [interpreted, interpreted])
         assert "expressions interpreted" in grown.line() and "expressions interpreted" in events.line()
-        assert writers == [1, None, 1]  # a small analysis writes each table's rows in one task
+        assert small == [True, False, True]  # a small analysis writes its tables' rows on the driver
         assert tuple(spark.conf.get(key, None) for key in mine) == given  # given back
     finally:
         for key, value in kept.items():

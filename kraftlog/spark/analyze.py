@@ -777,7 +777,7 @@ def _analyze(spark: SparkSession, store: TableStore, build_id: str, clusters: li
         plan.interpreted = small
         log.info("analyze: %s", plan.line())
         try:
-            rows.update(store.replace(planned_frames(store, plan, kept), build_id, writers=1 if small else None))
+            rows.update(store.replace(planned_frames(store, plan, kept), build_id, small=small))
         finally:
             kept.release()
         if plan.clusters or plan.gone:

@@ -170,14 +170,15 @@ class TableStore(ABC):
                        for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet")),
                       key=lambda f: f.path)
 
-    def stage(self, df: DataFrame | FileGroups, tables: list[TableDef], router: Router, run_id: str
-              ) -> list[StagedFile]:
+    def stage(self, df: DataFrame | FileGroups, tables: list[TableDef], router: Router, run_id: str,
+              here: bool = False) -> list[StagedFile]:
         """Executors route the rows of ``df`` (or the contents of the files ``df`` names) to ``tables`` and
-        write them as Parquet files; the driver gets the files' metadata only."""
-        return self.stage_chunks(df, tables, lambda batches: routed(batches, router), run_id)
+        write them as Parquet files; the driver gets the files' metadata only. ``here``: ``df``'s rows are few,
+        collected as Arrow and written by the driver (no Python task)."""
+        return self.stage_chunks(df, tables, lambda batches: routed(batches, router), run_id, here=here)
 
     def stage_chunks(self, df: DataFrame | FileGroups, tables: list[TableDef], produce: Producer, run_id: str,
-                     scratch: bool = False) -> list[StagedFile]:
+                     scratch: bool = False, here: bool = False) -> list[StagedFile]:
         """``stage`` with ``produce`` turning each task's input batches into rows of ``tables``. With ``scratch``
         the files go under ``_kraftlog/staging/<run_id>/`` (read back with ``read_staged``, removed by
         ``discard_staging``), not into the tables."""
@@ -192,8 +193,11 @@ class TableStore(ABC):
         def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             return stage_partition(produce(batches), roots, schemas, prefix, storage)
 
+        written: list[Any]  # (rows of ``WRITTEN``)
         if isinstance(df, FileGroups):
             written = df.map(self.spark, task, WRITTEN).collect()
+        elif here:
+            written = [r for b in task(df.toArrow().to_batches()) for r in b.to_pylist()]
         else:
             written = df.mapInArrow(task, from_arrow_schema(WRITTEN)).collect()  # file metadata only
         return [StagedFile(r["table"], roots[r["table"]], r["path"], r["size"], r["modification_time"],
@@ -213,7 +217,7 @@ class TableStore(ABC):
         return [write_parquet(table.name, root, data.cast(table.schema), self.storage, prefix)]
 
     def replace(self, planned: Iterable[tuple[TableDef, Callable[[], Landing | None]]], build_id: str,
-                jobs: int = 4, writers: int | None = None) -> dict[str, int]:
+                jobs: int = 4, small: bool = False) -> dict[str, int]:
         """Replace rows of derived tables (the event tables; each ``ensure``d before) with the rows of their
         DataFrames; row counts by the tables replaced. Each table comes with what makes its ``Landing``: its frame
         and the SQL predicate of the rows it replaces (None: all); a frame of None: no rows (those rows are only
@@ -225,11 +229,12 @@ class TableStore(ABC):
         write the files; then the table gets its commit, while the others still run, so a reader sees the previous
         build or this one (a build killed before its commits leaves only unreferenced files, removed by VACUUM).
 
-        Each table's rows are written by ``writers`` tasks (None: as many as the cluster runs at once). A small run
-        gives one: its rows are few, and each Python task has a fixed cost (an hour of the 5M-record benchmark
-        cluster writes 13 tables: 13 Python tasks instead of 26, half the files, its workers' CPU 2.2 -> 1.1 s).
+        Each table's rows are written by as many tasks as the cluster runs at once, a file each. A ``small`` run's
+        rows are few (``kraftlog.spark.session.interpreted``): each table's are collected as Arrow and written by the
+        driver, in one file, with no Python task (each costs the executors a fixed ~0.1 CPU-s: an hour of the
+        5M-record benchmark cluster writes 13 tables, its analysis 6.9 -> 6.1 s).
         """
-        n = max(1, writers or default_parallelism(self.spark))
+        n = 1 if small else default_parallelism(self.spark)
 
         def land(t: TableDef, make: Callable[[], Landing | None]) -> int | None:
             with described(self.spark, f"kraftlog {build_id}: {t.name}"):
@@ -238,7 +243,7 @@ class TableStore(ABC):
                     return None
                 df, where = landing
                 files = [] if df is None else self.stage(  # one narrow job per table: Arrow of wide structs
-                    df.select(*t.columns).coalesce(n), [t], _open_apart(t), build_id)
+                    df.select(*t.columns).coalesce(n), [t], _open_apart(t), build_id, here=small)
             self.overwrite(t, files, build_id, where)
             return sum(f.num_records for f in files)
 
