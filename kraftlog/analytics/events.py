@@ -111,6 +111,11 @@ class Inputs:
         """The rows of the landed table ``name`` in ``scope`` (``scoped``)."""
         return self.scoped(name, scope) if self.scoped is not None else scope.select(self.table(name))
 
+    def landed_from(self, name: str, column: str) -> DataFrame:
+        """The rows of the landed table ``name`` whose ``column`` is at or after ``since`` (``from_since``), read
+        from only the files that may hold some (``landed_in``)."""
+        return self.table(name) if self.since is None else self.landed_in(name, self.since.on(column))
+
     def _landed(self, scope: Scope, by: str) -> DataFrame:
         """The log records of ``scope`` (cut in column ``by``); of its clusters cut (not read whole), only those of the
         runs that landed them (``landed_by``): a cluster read whole in the hour (one rebuilt of a fleet) leaves the
@@ -779,10 +784,10 @@ def log_health(inputs: Inputs) -> DataFrame:
         F.min("log_offset").alias("from_offset"), F.max("log_offset").alias("to_offset")), keys,
         {**{c: F.sum(c) for c in counts}, "from_offset": F.min("from_offset"), "to_offset": F.max("to_offset")},
         lambda built: built.filter(F.col("records") > 0))  # (an hour of no record: no volume)
-    crc = (inputs.from_since(inputs.table("batches").filter(~F.col("crc_valid")), "max_timestamp")
+    crc = (inputs.landed_from("batches", "max_timestamp").filter(~F.col("crc_valid"))
            .groupBy("cluster_id", F.date_trunc("hour", F.col("max_timestamp")).alias("hour"))
            .agg(F.count(F.lit(1)).alias("crc_failures")))
-    divergent = (inputs.from_since(inputs.table("divergence"), "loser_timestamp")
+    divergent = (inputs.landed_from("divergence", "loser_timestamp")
                  .groupBy("cluster_id", F.date_trunc("hour", F.col("loser_timestamp")).alias("hour"))
                  .agg(F.count(F.lit(1)).alias("divergent_records")))
     snaps = (inputs.from_since(_snapshot_files(inputs).groupBy("cluster_id", "snapshot_id")
