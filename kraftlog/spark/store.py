@@ -171,17 +171,18 @@ class TableStore(ABC):
                       key=lambda f: f.path)
 
     def stage(self, df: DataFrame | FileGroups, tables: list[TableDef], router: Router, run_id: str,
-              here: bool = False) -> list[StagedFile]:
+              on_driver: bool = False) -> list[StagedFile]:
         """Executors route the rows of ``df`` (or the contents of the files ``df`` names) to ``tables`` and
-        write them as Parquet files; the driver gets the files' metadata only. ``here``: ``df``'s rows are few,
-        collected as Arrow and written by the driver (no Python task)."""
-        return self.stage_chunks(df, tables, lambda batches: routed(batches, router), run_id, here=here)
+        write them as Parquet files; the driver gets the files' metadata only. ``on_driver``: ``df``'s rows are
+        few: collected as Arrow and written by the driver (no Python task)."""
+        return self.stage_chunks(df, tables, lambda batches: routed(batches, router), run_id, on_driver=on_driver)
 
     def stage_chunks(self, df: DataFrame | FileGroups, tables: list[TableDef], produce: Producer, run_id: str,
-                     scratch: bool = False, here: bool = False) -> list[StagedFile]:
+                     scratch: bool = False, on_driver: bool = False) -> list[StagedFile]:
         """``stage`` with ``produce`` turning each task's input batches into rows of ``tables``. With ``scratch``
         the files go under ``_kraftlog/staging/<run_id>/`` (read back with ``read_staged``, removed by
-        ``discard_staging``), not into the tables."""
+        ``discard_staging``), not into the tables. With ``on_driver`` (a DataFrame of few rows) the driver runs
+        that task itself over the frame's rows collected as Arrow: the same routing, writer and files."""
         placed = {t.name: (self._scratch(run_id, t.name), "") if scratch else self.stage_root(t, run_id)
                   for t in tables}
         roots = {n: r for n, (r, _) in placed.items()}
@@ -196,7 +197,7 @@ class TableStore(ABC):
         written: list[Any]  # (rows of ``WRITTEN``)
         if isinstance(df, FileGroups):
             written = df.map(self.spark, task, WRITTEN).collect()
-        elif here:
+        elif on_driver:
             written = [r for b in task(df.toArrow().to_batches()) for r in b.to_pylist()]
         else:
             written = df.mapInArrow(task, from_arrow_schema(WRITTEN)).collect()  # file metadata only
@@ -243,7 +244,7 @@ class TableStore(ABC):
                     return None
                 df, where = landing
                 files = [] if df is None else self.stage(  # one narrow job per table: Arrow of wide structs
-                    df.select(*t.columns).coalesce(n), [t], _open_apart(t), build_id, here=small)
+                    df.select(*t.columns).coalesce(n), [t], _open_apart(t), build_id, on_driver=small)
             self.overwrite(t, files, build_id, where)
             return sum(f.num_records for f in files)
 
