@@ -111,20 +111,21 @@ def state_rows(histories: dict[str, DataFrame], resume: dict[str, int],
     before its resume offset. That is every current version, except where the build ended inside a metadata
     transaction: control records (voters, kraft.version) applied since its Begin are applied again, so the versions
     they began are left out and those they ended are restored (``Plan.history_where`` replaces both). ``restored``:
-    per cluster, the only topics and partitions restored (``Replayer.topics_read``; None: every topic)."""
+    per cluster, the only topics and partitions restored (``Replayer.topics_read``; None: every topic).
+    ``histories``: as read in ``state_scope(resume)`` (``TableStore.read`` skips the files that hold none), which
+    the versions holding just before the resume offset all are."""
     if not histories:
         return None
     out: DataFrame | None = None
     spark = next(iter(histories.values())).sparkSession
     cut = F.broadcast(local_frame(spark, list(resume.items()), "cluster_id string, _resume long"))
     held = valid_at(F.col("_resume") - 1)  # the versions holding just before it
-    ending = state_scope(resume)
     for kind, df in histories.items():
         k = BY_NAME[kind]
         topic = F.col("topic_id") if kind == Replayer.SPLIT_KIND else F.lit(None).cast("string")
         if kind in Replayer.TOPIC_KINDS:
             df = only_topics(df, restored or {})
-        part = (ending.select(df).join(cut, "cluster_id").filter(held)
+        part = (df.join(cut, "cluster_id").filter(held)
                 .select(F.col("cluster_id").alias("_out"), F.col("valid_from_offset").alias("log_offset"),
                         F.unix_millis("valid_from").alias("_ms"), F.lit(kind).alias("record_type"),
                         topic.alias("_topic"),
